@@ -1,0 +1,98 @@
+"""Strict parsing of environment variables: a bad value stops start-up naming the variable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_choice(name: str, default: str, choices: set[str]) -> str:
+    value = env_str(name, default).upper()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(sorted(choices))}")
+    return value
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true/false, 1/0, yes/no)")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(name: str, url: str, *, sqlite_default: Path) -> dict[str, Any]:
+    """A DATABASES entry from ``postgres://user:pass@host:port/db`` or ``sqlite:///path``."""
+    if not url:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": sqlite_default}
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        # sqlite:///relative/path, sqlite:////absolute/path (the usual convention)
+        path = unquote(parts.path)[1:]
+        if not path:
+            raise ImproperlyConfigured(
+                f"{name}={url!r}: sqlite needs a file, e.g. sqlite:///db.sqlite3"
+            )
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"{name}={url!r}: unsupported scheme {parts.scheme!r} (use postgres:// or sqlite:///)"
+        )
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise ImproperlyConfigured(f"{name}={url!r} names no database")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={url!r} has an invalid port") from None
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": database,
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": unquote(parts.hostname or ""),
+        "PORT": str(port or ""),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+def redis_url(name: str, url: str) -> str:
+    if url and urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(f"{name}={url!r}: use redis://host:port/db")
+    return url

@@ -1,0 +1,170 @@
+"""ctxhub settings.
+
+Embedded defaults need no service at all: a SQLite file, an in-memory channel layer and eager
+Celery. ``DATABASE_URL`` switches to PostgreSQL, ``REDIS_URL`` switches Channels and Celery to
+Redis, ``CTXHUB_PRODUCTION=true`` turns on production hardening and requires ``SECRET_KEY``.
+Every variable is listed in the README; values are parsed strictly (see ctxhub/env.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
+
+from ctxhub.env import (
+    database_from_url,
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_str,
+    redis_url,
+)
+
+# Lets generic Django classes be subscripted at run time (ModelAdmin[Session]) for typing.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("CTXHUB_DATA_DIR") or BASE_DIR / "var")
+
+PRODUCTION = env_bool("CTXHUB_PRODUCTION", default=False)
+DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if PRODUCTION:
+        raise ImproperlyConfigured("SECRET_KEY must be set when CTXHUB_PRODUCTION=true")
+    SECRET_KEY = "embedded-default-only-never-use-in-production-" + "x" * 16
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when CTXHUB_PRODUCTION=true")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# https://docs.djangoproject.com/en/6.1/ref/settings/#installed-apps
+# daphne first: its runserver serves ASGI (websockets) and static files in development.
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "sessions.apps.AgentSessionsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page requires login unless its view says otherwise.
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "ctxhub.urls"
+ASGI_APPLICATION = "ctxhub.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# https://docs.djangoproject.com/en/6.1/ref/settings/#databases
+DATABASES = {
+    "default": database_from_url(
+        "DATABASE_URL", env_str("DATABASE_URL"), sqlite_default=DATA_DIR / "ctxhub.sqlite3"
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The embedded default must start on a fresh clone with nothing prepared.
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "sessions:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+# Requests carrying a whole agent history can be large; refuse beyond this, deliberately.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("CTXHUB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)
+
+# https://channels.readthedocs.io/en/stable/topics/channel_layers.html
+REDIS_URL = redis_url("REDIS_URL", env_str("REDIS_URL"))
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CTXHUB_CHANNEL_PREFIX", "ctxhub")},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# https://docs.celeryq.dev/en/stable/django/first-steps-with-django.html
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = REDIS_URL or None
+# Without a broker, jobs run in the web process as they are enqueued.
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {
+        "handlers": ["console"],
+        "level": env_choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}),
+    },
+}
+
+if PRODUCTION:
+    # https://docs.djangoproject.com/en/6.1/howto/deployment/checklist/
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True

@@ -1,0 +1,50 @@
+"""Pushing live updates to the browsers watching a session.
+
+Each push is the rendered HTML of the same fragment templates the pages use, sent to the
+session's channel-layer group; the socket consumer forwards it and htmx swaps it in by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.template.loader import render_to_string
+
+from sessions.presenters import present_message
+
+if TYPE_CHECKING:
+    from sessions.models import AgentSession, Message
+    from sessions.services import TokenTotals
+
+# The consumer method that forwards a push to its socket.
+PUSH_EVENT = "html.push"
+
+
+def _push(session: AgentSession, html: str) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        async_to_sync(layer.group_send)(session.group_name, {"type": PUSH_EVENT, "html": html})
+
+
+def messages_appended(
+    session: AgentSession, messages: Sequence[Message], totals: TokenTotals
+) -> None:
+    html = render_to_string(
+        "sessions/_live_append.html",
+        {
+            "session": session,
+            "messages": [present_message(row) for row in messages],
+            "totals": totals,
+        },
+    )
+    _push(session, html)
+
+
+def meter_changed(session: AgentSession, totals: TokenTotals) -> None:
+    html = render_to_string(
+        "sessions/_meter.html", {"session": session, "totals": totals, "oob": True}
+    )
+    _push(session, html)

@@ -1,0 +1,45 @@
+"""Create the demo user and demo sessions, so a first run shows something real."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from sessions import services
+from sessions.demo import DEMO_SESSIONS, demo_messages
+from sessions.models import AgentSession, MessageSource
+
+DEMO_USERNAME = "demo"
+DEMO_PASSWORD = "demo"
+
+
+class Command(BaseCommand):
+    help = "Create the demo user (demo / demo) and its demo sessions. Safe to run again."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--username", default=DEMO_USERNAME)
+        parser.add_argument("--password", default=DEMO_PASSWORD)
+
+    def handle(self, *args: Any, username: str, password: str, **options: Any) -> None:
+        user, created = get_user_model().objects.get_or_create(username=username)
+        if created:
+            user.set_password(password)
+            user.save()
+        for spec in DEMO_SESSIONS:
+            if AgentSession.objects.filter(owner=user, title=spec.title).exists():
+                continue
+            with transaction.atomic():
+                session = AgentSession.objects.create(
+                    owner=user,
+                    title=spec.title,
+                    model=spec.model,
+                    context_window=spec.context_window,
+                )
+                rows = services.append_messages(
+                    session, demo_messages(spec), source=MessageSource.DEMO
+                )
+            self.stdout.write(f"  {spec.title}: {len(rows)} messages")
+        self.stdout.write(self.style.SUCCESS(f"Demo data ready; log in as {username} / {password}"))

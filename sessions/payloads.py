@@ -1,0 +1,98 @@
+"""Validating and serialising stored message payloads.
+
+A payload is exactly one pydantic-ai ``ModelMessage`` in the JSON form of
+``ModelMessagesTypeAdapter``. Input is validated on the way in; an error names the path of
+the bad field (``parts.0.content``) so the caller can fix it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    path: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.path, "message": self.message}
+
+
+class InvalidPayload(ValueError):
+    """A message payload that is not a valid pydantic-ai message."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{e.path or '(message)'}: {e.message}" for e in errors))
+
+
+# Location segments pydantic adds for union members rather than for fields: message kinds,
+# part kinds ("user-prompt", never an identifier) and branch types ("str", "list[...]").
+_NOT_FIELDS = frozenset({"request", "response", "str", "int", "float", "bool", "list", "dict"})
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    # The adapter validates a one-item list: every location starts with index 0, dropped here.
+    return ".".join(
+        str(item)
+        for item in loc[1:]
+        if isinstance(item, int) or (_FIELD.fullmatch(item) and item not in _NOT_FIELDS)
+    )
+
+
+def _field_errors(exc: ValidationError) -> list[FieldError]:
+    """One error per field path; a union's several branch errors are joined."""
+    by_path: dict[str, list[str]] = {}
+    for error in exc.errors(include_url=False):
+        path = _path(tuple(error["loc"]))
+        if error["type"] in {"union_tag_invalid", "union_tag_not_found"}:
+            # The bad field is the discriminator itself: "kind", or a part's "part_kind".
+            discriminator = str(error.get("ctx", {}).get("discriminator", "")).strip("'")
+            field = discriminator if _FIELD.fullmatch(discriminator) else "part_kind"
+            path = f"{path}.{field}" if path else field
+        messages = by_path.setdefault(path, [])
+        if error["msg"] not in messages:
+            messages.append(error["msg"])
+    return [FieldError(path, "; ".join(messages)) for path, messages in by_path.items()]
+
+
+def parse_payload(data: Any) -> ModelMessage:
+    """Validate one message given as JSON text, bytes or already-decoded JSON data."""
+    try:
+        if isinstance(data, str | bytes):
+            messages = ModelMessagesTypeAdapter.validate_json(b"[" + _as_bytes(data) + b"]")
+        else:
+            messages = ModelMessagesTypeAdapter.validate_python([data])
+    except ValidationError as exc:
+        raise InvalidPayload(_field_errors(exc)) from None
+    return messages[0]
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+def message_to_payload(message: ModelMessage) -> dict[str, Any]:
+    """The JSON-ready form of one message, as stored."""
+    payload: dict[str, Any] = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    return payload
+
+
+def message_from_payload(payload: dict[str, Any]) -> ModelMessage:
+    """A stored payload back as a message (already validated when it was stored)."""
+    return ModelMessagesTypeAdapter.validate_python([payload])[0]
+
+
+def content_hash(payload: dict[str, Any]) -> str:
+    """A stable hash of a payload, independent of key order."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()

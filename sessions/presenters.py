@@ -1,0 +1,90 @@
+"""How a stored message is shown: one row per message, one block per part."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic_ai.messages import (
+    ModelRequestPart,
+    ModelResponsePart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+
+from ctxhub.governance.tokens import part_text
+from sessions.models import Message
+
+# Long parts are cut in the list; the full text is one click (an htmx request) away.
+PREVIEW_CHARS = 600
+
+_LABELS = {
+    "system-prompt": "system",
+    "user-prompt": "user",
+    "tool-return": "tool result",
+    "retry-prompt": "retry",
+    "text": "assistant",
+    "tool-call": "tool call",
+    "thinking": "thinking",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PartView:
+    kind: str
+    label: str
+    tool: str
+    call_id: str
+    text: str
+    chars: int
+    lines: int
+    cut: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    seq: int
+    kind: str
+    tokens: int
+    exact: bool
+    source: str
+    created_at: datetime
+    parts: list[PartView]
+
+    @property
+    def cut(self) -> bool:
+        return any(part.cut for part in self.parts)
+
+
+def present_part(part: ModelRequestPart | ModelResponsePart, *, full: bool) -> PartView:
+    if isinstance(part, ToolCallPart):
+        text = part.args_as_json_str()
+    elif isinstance(part, ToolReturnPart):
+        text = part.model_response_str()
+    else:
+        text = part_text(part)
+    cut = not full and len(text) > PREVIEW_CHARS
+    kind = part.part_kind
+    return PartView(
+        kind=kind,
+        label=_LABELS.get(kind, kind.replace("-", " ")),
+        tool=getattr(part, "tool_name", None) or "",
+        call_id=getattr(part, "tool_call_id", None) or "",
+        text=text[:PREVIEW_CHARS] if cut else text,
+        chars=len(text),
+        lines=text.count("\n") + 1 if text else 0,
+        cut=cut,
+    )
+
+
+def present_message(row: Message, *, full: bool = False) -> MessageView:
+    message = row.message
+    return MessageView(
+        seq=row.seq,
+        kind=row.kind,
+        tokens=row.tokens,
+        exact=row.tokens_exact,
+        source=row.get_source_display(),
+        created_at=row.created_at,
+        parts=[present_part(part, full=full) for part in message.parts],
+    )

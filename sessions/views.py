@@ -1,0 +1,66 @@
+"""Pages and htmx fragments. Thin: access checks here, logic in services."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.contrib.auth.decorators import login_not_required
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from sessions import services, tasks
+from sessions.models import AgentSession, Message
+from sessions.presenters import present_message
+
+
+def _own_session(request: HttpRequest, pk: UUID) -> AgentSession:
+    """The session if the user owns it; anyone else gets the same 404 as for a missing one."""
+    return get_object_or_404(AgentSession, pk=pk, owner=request.user)
+
+
+@require_GET
+def session_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "sessions/list.html", {"sessions": services.sessions_for(request.user)})
+
+
+@require_GET
+def session_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
+    session = _own_session(request, pk)
+    messages = [present_message(row) for row in session.messages.all()]
+    return render(
+        request,
+        "sessions/detail.html",
+        {"session": session, "messages": messages, "totals": services.token_totals(session)},
+    )
+
+
+@require_GET
+def message_detail(request: HttpRequest, pk: UUID, seq: int) -> HttpResponse:
+    session = _own_session(request, pk)
+    row = get_object_or_404(Message, session=session, seq=seq)
+    return render(
+        request,
+        "sessions/_message.html",
+        {"m": present_message(row, full=True), "session": session},
+    )
+
+
+@require_POST
+def recount(request: HttpRequest, pk: UUID) -> HttpResponse:
+    session = _own_session(request, pk)
+    tasks.recount_session_tokens.delay(str(session.pk))
+    if not request.htmx:
+        return redirect(session)
+    # The new meter arrives over the session's socket when the job finishes.
+    return render(request, "sessions/detail.html#recount_queued", {"session": session})
+
+
+@login_not_required
+@require_GET
+def healthz(request: HttpRequest) -> HttpResponse:
+    """Liveness for load balancers and compose: the process answers and the database too."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return HttpResponse("ok", content_type="text/plain")

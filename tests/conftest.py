@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxhub.celery import app as celery_app
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # pytest-playwright leaves an event loop running in the main thread, which breaks any
+    # asyncio test after it: browser tests go last.
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(autouse=True)
+def eager_jobs() -> Iterator[None]:
+    """Jobs run in-process unless a test asks for the real worker."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def alice(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("alice", password="alice-password")
+
+
+@pytest.fixture
+def bob(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("bob", password="bob-password")
+
+
+def required_env(name: str) -> str:
+    """A service URL the real-service tests need; its absence fails the test, never skips it."""
+    value = os.environ.get(name, "")
+    if not value:
+        pytest.fail(f"{name} is not set: run the suite with scripts/test.sh, which starts it")
+    return value

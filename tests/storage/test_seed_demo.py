@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import authenticate
+from django.core.management import call_command
+from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
+
+from sessions.models import AgentSession, Message
+
+pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
+
+
+def test_seed_demo_creates_realistic_sessions_once() -> None:
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    assert "log in as demo / demo" in out.getvalue()
+    user = authenticate(username="demo", password="demo")
+    assert user is not None
+    sessions = AgentSession.objects.filter(owner=user)
+    assert sessions.count() >= 3
+    total = Message.objects.filter(session__owner=user).count()
+    assert total >= 500
+
+    biggest = max(sessions, key=lambda s: s.messages.count())
+    messages = [row.message for row in biggest.messages.all()]
+    assert len(messages) >= 200
+    calls = {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolCallPart)}
+    returns = {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolReturnPart)}
+    parallel = [
+        m
+        for m in messages
+        if isinstance(m, ModelResponse) and sum(isinstance(p, ToolCallPart) for p in m.parts) > 1
+    ]
+    outputs = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert parallel, "some turns call tools in parallel"
+    assert calls - returns, "some turns were interrupted, leaving calls unanswered"
+    assert any(len(p.model_response_str()) > 20_000 for p in outputs), "some outputs are large"
+    assert any(p.outcome == "retried" for p in outputs), "some calls were retried"
+
+    call_command("seed_demo", stdout=StringIO())
+    assert Message.objects.filter(session__owner=user).count() == total

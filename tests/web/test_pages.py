@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from sessions import services
+from tests.factories import call, make_session, reply, result, user
+
+pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
+
+
+@pytest.fixture
+def session(alice: object) -> object:
+    session = make_session(alice, title="Fix the parser")
+    services.append_messages(
+        session,
+        [
+            user("Why does test_bom fail?"),
+            call("read_file", "call_7", path="src/parser.py"),
+            result("read_file", "call_7", "x = 1\n" * 400),
+            reply("The BOM is not stripped."),
+        ],
+    )
+    return session
+
+
+def test_the_list_shows_own_sessions_with_totals(
+    client: Client, alice: object, session: object
+) -> None:
+    client.force_login(alice)
+    page = client.get("/").content.decode()
+    assert "Fix the parser" in page
+    assert f">{services.token_totals(session).tokens}<" in page
+
+
+def test_the_detail_shows_messages_with_token_counts(
+    client: Client, alice: object, session: object
+) -> None:
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    for row in session.messages.all():
+        assert f'id="msg-{row.seq}"' in page
+        assert f"{row.tokens} tokens" in page
+    assert "Why does test_bom fail?" in page
+    assert "call_7" in page
+    assert f'ws-connect="/ws/sessions/{session.pk}/"' in page
+
+
+def test_long_parts_are_cut_and_loaded_in_full_on_demand(
+    client: Client, alice: object, session: object
+) -> None:
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert "x = 1\n" * 400 not in page
+    assert "Show the full message" in page
+    full = client.get(
+        f"/sessions/{session.pk}/messages/2/", headers={"HX-Request": "true"}
+    ).content.decode()
+    assert "x = 1\n" * 400 in full
+    assert "<html" not in full
+
+
+def test_a_missing_message_is_404(client: Client, alice: object, session: object) -> None:
+    client.force_login(alice)
+    assert client.get(f"/sessions/{session.pk}/messages/99/").status_code == 404
+
+
+def test_pages_refuse_other_methods(client: Client, alice: object, session: object) -> None:
+    client.force_login(alice)
+    assert client.post(f"/sessions/{session.pk}/").status_code == 405
+    assert client.get(f"/sessions/{session.pk}/recount/").status_code == 405

@@ -11,17 +11,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 
 import tiktoken
 from pydantic_ai.messages import (
+    FilePart,
     ModelMessage,
     ModelRequest,
     ModelRequestPart,
     ModelResponsePart,
+    RetryFeedbackPart,
     RetryPromptPart,
+    TextContent,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -43,7 +47,7 @@ APPROXIMATE_FALLBACK = "bytes/4"
 # (whose loaders would try to download the rank files).
 _ENCODING_SPECS: dict[str, tuple[str, dict[str, int]]] = {
     "cl100k_base": (
-        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",  # noqa: E501
         {
             "<|endoftext|>": 100257,
             "<|fim_prefix|>": 100258,
@@ -119,7 +123,7 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 
 
 def model_name(model: str | None) -> str:
-    """The bare, lower-case model name of a pydantic-ai model string ("openai:gpt-4o" → "gpt-4o")."""
+    """The bare, lower-case name of a pydantic-ai model string ("openai:gpt-4o" → "gpt-4o")."""
     if not model:
         return ""
     name = model.rsplit(":", 1)[-1] if ":" in model else model
@@ -143,7 +147,27 @@ class Tokenizer:
     exact: bool
 
     def count(self, text: str) -> int:
+        """Tokens in ``text`` with this tokenizer."""
         return count_text(text, self.encoding_name)
+
+    def encode(self, text: str) -> list[int] | None:
+        """The token ids of ``text``; None when counting falls back to bytes/4."""
+        encoding = self._encoding()
+        if encoding is None:
+            return None
+        return encoding.encode(text, disallowed_special=())
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """The text of token ids produced by :meth:`encode`."""
+        encoding = self._encoding()
+        if encoding is None:
+            raise ValueError(f"{self.encoding_name} has no token ids to decode")
+        return encoding.decode(list(tokens))
+
+    def _encoding(self) -> tiktoken.Encoding | None:
+        if self.encoding_name == APPROXIMATE_FALLBACK:
+            return None
+        return load_encoding(self.encoding_name)
 
 
 @cache
@@ -184,11 +208,27 @@ def load_encoding(name: str) -> tiktoken.Encoding | None:
     )
 
 
-@lru_cache(maxsize=65_536)
+# Short texts (names, prompts, instructions) repeat across messages and runs; long ones are
+# cached per part by identity in ``counting`` instead, so this cache never pins megabytes of
+# tool output in memory.
+_SHORT_TEXT = 4_096
+
+
 def count_text(text: str, encoding_name: str = _NEAREST_ENCODING) -> int:
-    """Tokens in a text. Cached: a history re-counted each turn pays once per distinct text."""
+    """Tokens in a text. Short texts are cached; long ones are counted directly."""
     if not text:
         return 0
+    if len(text) <= _SHORT_TEXT:
+        return _count_short(text, encoding_name)
+    return _count(text, encoding_name)
+
+
+@lru_cache(maxsize=65_536)
+def _count_short(text: str, encoding_name: str) -> int:
+    return _count(text, encoding_name)
+
+
+def _count(text: str, encoding_name: str) -> int:
     encoding = load_encoding(encoding_name) if encoding_name != APPROXIMATE_FALLBACK else None
     if encoding is None:
         return (len(text.encode()) + 3) // 4
@@ -212,31 +252,73 @@ MEDIA_TOKENS = 85
 
 def part_text(part: ModelRequestPart | ModelResponsePart) -> str:
     """The text of a message part as a model request carries it."""
+    return " ".join(part_pieces(part))
+
+
+def part_pieces(part: ModelRequestPart | ModelResponsePart) -> tuple[str, ...]:
+    """The texts a part is counted from, the bulky one (output, prompt, arguments) last.
+
+    Counting the tool name apart from the output lets a long output be tokenised once and that
+    encoding reused to truncate it.
+    """
     match part:
         case ToolCallPart():
-            return f"{part.tool_name} {part.args_as_json_str()}"
+            return (part.tool_name, part.args_as_json_str())
         case ToolReturnPart():
-            return f"{part.tool_name} {part.model_response_str()}"
-        case RetryPromptPart():
-            return part.model_response()
+            return (part.tool_name, part.model_response_str())
+        case RetryPromptPart() | RetryFeedbackPart():
+            return (part.model_response(),)
         case UserPromptPart() if not isinstance(part.content, str):
-            return "\n".join(item for item in part.content if isinstance(item, str))
+            return ("\n".join(_item_text(item) for item in part.content),)
+        case FilePart():
+            return ()
         case _:
             content = getattr(part, "content", None)
-            return as_text(content) if content is not None else ""
+            return (as_text(content),) if content is not None else ()
+
+
+def _item_text(item: object) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, TextContent):
+        return item.content
+    return ""
+
+
+def part_media(part: ModelRequestPart | ModelResponsePart) -> int:
+    """How many media items (images, audio, files) a part carries."""
+    match part:
+        case UserPromptPart() if not isinstance(part.content, str):
+            return sum(not isinstance(item, str | TextContent) for item in part.content)
+        case ToolReturnPart():
+            return len(part.files)
+        case FilePart():
+            return 1
+        case _:
+            return 0
 
 
 def part_tokens(part: ModelRequestPart | ModelResponsePart, tokenizer: Tokenizer) -> int:
     """Tokens of one part, framing included."""
-    media = 0
-    if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
-        media = MEDIA_TOKENS * sum(not isinstance(item, str) for item in part.content)
-    return PART_OVERHEAD + media + tokenizer.count(part_text(part))
+    return (
+        PART_OVERHEAD
+        + MEDIA_TOKENS * part_media(part)
+        + sum(tokenizer.count(piece) for piece in part_pieces(part))
+    )
 
 
 def message_tokens(message: ModelMessage, tokenizer: Tokenizer) -> int:
-    """Tokens of one message: its parts, its instructions and the message framing."""
-    total = MESSAGE_OVERHEAD + sum(part_tokens(part, tokenizer) for part in message.parts)
-    if isinstance(message, ModelRequest) and message.instructions:
-        total += tokenizer.count(message.instructions)
-    return total
+    """Tokens of one message: its parts and the message framing.
+
+    A request's ``instructions`` are not included: a provider sends only the latest request's
+    instructions, once, so they are counted once per history (see ``instructions_of``).
+    """
+    return MESSAGE_OVERHEAD + sum(part_tokens(part, tokenizer) for part in message.parts)
+
+
+def instructions_of(messages: Sequence[ModelMessage]) -> str | None:
+    """The instructions a provider receives with this history: the latest request's."""
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest) and message.instructions is not None:
+            return message.instructions
+    return None

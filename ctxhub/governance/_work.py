@@ -1,0 +1,405 @@
+"""The working state of one ``govern`` call, shared by the steps.
+
+Positions index the normalised history (input messages after pair repair). Per-part changes
+(eviction, truncation, masking) are planned cheaply and *materialised* only for positions whose
+tokens are needed: a step that walks from the newest message back until the budget is spent
+never touches the thousands of old messages the window will drop anyway. This keeps a cold
+``govern`` close to the cost of tokenising the history once, and a warm one close to O(new).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from .counting import MessageFacts, Part, cached_part_tokens, part_cache
+from .policy import Policy, Truncation
+from .report import Action, StepName
+from .steps.evict import eviction_ref, preview
+from .steps.truncate import truncate_text
+from .tokens import MESSAGE_OVERHEAD, Tokenizer, as_text
+
+MARK = "ctxhub"
+"""Metadata key on parts and messages governance wrote, so governing again leaves them be."""
+
+
+@dataclass(slots=True)
+class PartState:
+    """The fate of one part of a normalised message."""
+
+    origin: int | None
+    """Index of the part in the input message; None when governance added it."""
+    action: Action
+    tokens_before: int
+    tokens_after: int
+    step: StepName | None = None
+    ref: str | None = None
+
+
+@dataclass(slots=True)
+class Transform:
+    """A governed version of one part, cached on the part between calls."""
+
+    part: Part
+    tokens: int
+    action: Action
+    step: StepName
+    ref: str | None = None
+    evicted: str | None = None
+
+
+def plain_output(part: Part) -> ToolReturnPart[Any] | None:
+    """``part`` if it is an ordinary tool output governance may rewrite, else None.
+
+    Framework returns (tool search, capability loading) are typed subclasses whose content has
+    a fixed shape; they are left as they are.
+    """
+    if type(part) is ToolReturnPart:
+        return cast(ToolReturnPart[Any], part)
+    return None
+
+
+def with_content(
+    part: ToolReturnPart[Any], content: str, note: dict[str, Any] | None = None
+) -> ToolReturnPart[Any]:
+    """A copy of a tool output with new content (and governance's note in its metadata)."""
+    if note is None:
+        return replace(part, content=content)
+    return replace(part, content=content, metadata=mark_metadata(part, note))
+
+
+def marked(part: Part) -> bool:
+    """Whether governance itself wrote this part (a placeholder, preview or notice)."""
+    metadata = getattr(part, "metadata", None)
+    return isinstance(metadata, dict) and MARK in metadata
+
+
+def tool_output_text(part: ToolReturnPart[Any]) -> str | None:
+    """The text of a tool output as it would be truncated; None when it carries files."""
+    if part.files:
+        return None
+    return part.content if isinstance(part.content, str) else as_text(part.content)
+
+
+@dataclass
+class Work:
+    """Mutable state of one governance run; the input messages are never touched."""
+
+    policy: Policy
+    tokenizer: Tokenizer
+    base: list[ModelMessage]
+    facts: list[MessageFacts]
+    index: list[int | None]
+    origins: dict[int, list[int | None]]
+    removed: dict[int, list[int]]
+    token_ids: dict[int, tuple[str, list[int]]]
+    pinned_positions: frozenset[int]
+    limit: int
+    """Most tokens the messages may take: budget plus system prompt parts (always kept)."""
+    turn_start: int
+    latest_prompt: int | None
+    window_tokens: int
+    messages: list[ModelMessage] = field(init=False)
+    tokens: list[int] = field(init=False)
+    kept: list[bool] = field(init=False)
+    states: dict[int, list[PartState]] = field(default_factory=dict)
+    materialised: set[int] = field(default_factory=set)
+    masked: dict[int, set[int]] = field(default_factory=dict)
+    evicted: dict[str, str] = field(default_factory=dict)
+    steps: list[StepName] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    head_end: int = -1
+    tail_start: int = 0
+    notice: ModelRequest | None = None
+    notice_omitted: int = 0
+    notice_before: int | None = None
+    """Position the notice goes in front of (None: after the last message)."""
+    dropped_by: dict[int, StepName] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.messages = list(self.base)
+        self.tokens = [f.tokens for f in self.facts]
+        self.kept = [True] * len(self.base)
+
+    # --- accounting -------------------------------------------------------------------------
+
+    def total(self) -> int:
+        """Tokens of all kept messages as currently known (unmaterialised ones: before caps)."""
+        total = sum(t for t, k in zip(self.tokens, self.kept, strict=True) if k)
+        if self.notice is not None:
+            total += self.notice_tokens()
+        return total
+
+    def notice_tokens(self) -> int:
+        """Tokens of the window notice, if there is one."""
+        if self.notice is None:
+            return 0
+        return MESSAGE_OVERHEAD + sum(
+            cached_part_tokens(p, self.tokenizer) for p in self.notice.parts
+        )
+
+    def exact_over(self, limit: int | None = None) -> bool:
+        """Whether the kept messages exceed ``limit`` once governed, materialising newest first.
+
+        Stops at the first proof of excess, so a history far over budget costs only the
+        messages that fit.
+        """
+        limit = self.limit if limit is None else limit
+        total = self.notice_tokens()
+        for position in range(len(self.base) - 1, -1, -1):
+            if self.kept[position]:
+                total += self.materialise(position)
+                if total > limit:
+                    return True
+        return False
+
+    def fits(self) -> bool:
+        """Whether everything kept fits the budget (materialising what it must)."""
+        return not self.exact_over()
+
+    # --- materialising planned part changes ---------------------------------------------------
+
+    def invalidate(self, position: int) -> None:
+        """Forget the governed version of a position so it is rebuilt with a new plan."""
+        if position in self.materialised and self.kept[position]:
+            self.materialised.discard(position)
+            self.messages[position] = self.base[position]
+            self.tokens[position] = self.facts[position].tokens
+            self.states.pop(position, None)
+
+    def materialise(self, position: int) -> int:
+        """Apply planned caps and masks to one position; its governed tokens."""
+        if position in self.materialised:
+            return self.tokens[position]
+        self.materialised.add(position)
+        message = self.base[position]
+        facts = self.facts[position]
+        masked = self.masked.get(position, ())
+        new_parts: list[Part] | None = None
+        states: list[PartState] | None = None
+        for number, part in enumerate(message.parts):
+            transform: Transform | None
+            if number in masked:
+                from .steps.mask import placeholder
+
+                transform = placeholder(part, facts.part_tokens[number], self.tokenizer)
+            else:
+                transform = self._cap(position, number, part, facts.part_tokens[number])
+            if transform is None:
+                continue
+            if new_parts is None or states is None:
+                new_parts = list(message.parts)
+                states = self.part_states(position)
+            new_parts[number] = transform.part
+            state = states[number]
+            state.action = transform.action
+            state.tokens_after = transform.tokens
+            state.step = transform.step
+            state.ref = transform.ref
+            if transform.evicted is not None and transform.ref is not None:
+                self.evicted[transform.ref] = transform.evicted
+        if new_parts is not None and states is not None:
+            self.messages[position] = replace(message, parts=new_parts)  # type: ignore[arg-type]
+            self.states[position] = states
+            self.tokens[position] = MESSAGE_OVERHEAD + sum(s.tokens_after for s in states)
+        return self.tokens[position]
+
+    def part_states(self, position: int) -> list[PartState]:
+        """Fresh part states of a position as normalised (before caps and masks)."""
+        origins = self.origins.get(position)
+        counts = self.facts[position].part_tokens
+        states = []
+        for number, count in enumerate(counts):
+            origin = number if origins is None else origins[number]
+            if origin is None:
+                states.append(PartState(None, "synthesized", 0, count, "normalize"))
+            else:
+                states.append(PartState(origin, "kept", count, count))
+        return states
+
+    def set_part(self, position: int, number: int, transform: Transform) -> None:
+        """Replace one part of a materialised position (used by the last-resort shrink)."""
+        self.materialise(position)
+        states = self.states.get(position) or self.part_states(position)
+        parts = list(self.messages[position].parts)
+        parts[number] = transform.part
+        state = states[number]
+        state.action = transform.action
+        state.tokens_after = transform.tokens
+        state.step = transform.step
+        self.messages[position] = replace(self.messages[position], parts=parts)  # type: ignore[arg-type]
+        self.states[position] = states
+        self.tokens[position] = MESSAGE_OVERHEAD + sum(s.tokens_after for s in states)
+
+    # --- caps: eviction and truncation --------------------------------------------------------
+
+    def exempt(self, position: int) -> bool:
+        """Pinned messages and protected tools' messages are never altered."""
+        if position in self.pinned_positions:
+            return True
+        protected = self.policy.window.protected_tools
+        return bool(protected) and not self.facts[position].tool_names.isdisjoint(protected)
+
+    def _in_scope(self, position: int, scope: str) -> bool:
+        return scope == "all" or position < self.turn_start
+
+    def _cap(self, position: int, number: int, part: Part, tokens: int) -> Transform | None:
+        policy = self.policy
+        output = plain_output(part)
+        if output is not None:
+            eviction = policy.eviction
+            truncation = policy.tool_output
+            evict = (
+                eviction.threshold_tokens is not None
+                and 0 < eviction.threshold_tokens < tokens
+                and self._in_scope(position, eviction.scope)
+            )
+            truncate = (
+                truncation.limit is not None
+                and 0 < truncation.limit < _measure(tokens, truncation, output)
+                and self._in_scope(position, truncation.scope)
+            )
+            if not (evict or truncate) or marked(output) or self.exempt(position):
+                return None
+            return self._cached(output, tokens, evict, truncation if truncate else None)
+        if isinstance(part, UserPromptPart | TextPart) and isinstance(part.content, str):
+            truncation = policy.text
+            if (
+                truncation.limit is None
+                or truncation.limit >= _measure(tokens, truncation, part)
+                or not self._in_scope(position, truncation.scope)
+                or (position == self.latest_prompt and isinstance(part, UserPromptPart))
+                or self.exempt(position)
+            ):
+                return None
+            return self._cached(part, tokens, False, truncation)
+        return None
+
+    def _cached(
+        self, part: Part, tokens: int, evict: bool, truncation: Truncation | None
+    ) -> Transform | None:
+        eviction = self.policy.eviction
+        key = (
+            "cap",
+            self.tokenizer.encoding_name,
+            eviction if evict else None,
+            truncation,
+        )
+        values = part_cache(part)
+        if key in values:
+            cached: Transform | None = values[key]
+            return cached
+        result = self._compute_cap(part, tokens, eviction if evict else None, truncation)
+        values[key] = result
+        return result
+
+    def _compute_cap(
+        self, part: Part, tokens: int, eviction: Any, truncation: Truncation | None
+    ) -> Transform | None:
+        output = plain_output(part)
+        new: Part
+        if output is not None:
+            text = tool_output_text(output)
+            if text is None:
+                return None
+            if eviction is not None:
+                ref = eviction_ref(text)
+                shown = preview(text, ref, tokens, eviction)
+                new = with_content(output, shown, {"evicted": ref})
+                count = cached_part_tokens(new, self.tokenizer)
+                if count < tokens:
+                    return Transform(new, count, "evicted", "evict", ref, text)
+            if truncation is None:
+                return None
+            cut = self._truncate(output, text, truncation)
+            if cut is None:
+                return None
+            new = with_content(output, cut)
+        else:
+            assert isinstance(part, UserPromptPart | TextPart)
+            assert truncation is not None
+            assert isinstance(part.content, str)
+            cut = self._truncate(part, part.content, truncation)
+            if cut is None:
+                return None
+            new = replace(part, content=cut)
+        count = cached_part_tokens(new, self.tokenizer)
+        if count >= tokens:
+            return None
+        return Transform(new, count, "truncated", "truncate")
+
+    def _truncate(self, part: Part, text: str, truncation: Truncation) -> str | None:
+        assert truncation.limit is not None
+        known = self.token_ids.get(id(part))
+        ids = known[1] if known is not None and known[0] is text else None
+        return truncate_text(
+            text,
+            truncation.limit,
+            unit=truncation.unit,
+            strategy=truncation.strategy,
+            tokenizer=self.tokenizer,
+            line_count=truncation.line_count,
+            token_ids=ids,
+        )
+
+    # --- dropping -----------------------------------------------------------------------------
+
+    def drop(self, position: int, step: StepName) -> None:
+        """Leave a position out of the governed history (its report is derived when read)."""
+        self.kept[position] = False
+        self.dropped_by[position] = step
+        self.tokens[position] = 0
+
+
+def _measure(tokens: int, truncation: Truncation, part: Part) -> int:
+    """The size of a part in the truncation's unit (characters measured on the text)."""
+    if truncation.unit == "tokens":
+        return tokens
+    output = plain_output(part)
+    if output is not None:
+        text = tool_output_text(output)
+        return len(text) if text is not None else 0
+    content = getattr(part, "content", "")
+    return len(content) if isinstance(content, str) else 0
+
+
+def _mark(part: Part, note: dict[str, Any]) -> dict[str, Any]:
+    metadata = getattr(part, "metadata", None)
+    base = dict(metadata) if isinstance(metadata, dict) else {}
+    base[MARK] = note
+    return base
+
+
+def mark_metadata(part: Part, note: dict[str, Any]) -> dict[str, Any]:
+    """Part metadata carrying governance's note, keeping any metadata already there."""
+    return _mark(part, note)
+
+
+def is_request(message: ModelMessage) -> bool:
+    """Whether a message is a request."""
+    return isinstance(message, ModelRequest)
+
+
+def is_response(message: ModelMessage) -> bool:
+    """Whether a message is a response."""
+    return isinstance(message, ModelResponse)
+
+
+def results_in(parts: Sequence[Part]) -> list[int]:
+    """Indices of the tool results among ``parts``."""
+    return [
+        n
+        for n, p in enumerate(parts)
+        if isinstance(p, ToolReturnPart) or (isinstance(p, RetryPromptPart) and p.tool_name)
+    ]

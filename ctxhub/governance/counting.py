@@ -1,0 +1,247 @@
+"""Counting a history fast: per-part and per-message facts cached by object identity.
+
+Governance runs before every model request, on a history that grows by a few messages per
+request. Tokenising it all again each time would cost O(total). Messages and parts are treated
+as immutable values once they are in a history (pydantic-ai never edits a finished message), so
+what we learn about one is cached against the object itself, weakly: the entry disappears with
+the object. A cheap fingerprint (identity of the content and part list) guards against the rare
+caller that does edit a message in place.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.messages import (
+    BaseToolReturnPart,
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ModelResponsePart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from .tokens import (
+    MEDIA_TOKENS,
+    MESSAGE_OVERHEAD,
+    PART_OVERHEAD,
+    Tokenizer,
+    instructions_of,
+    part_media,
+    part_pieces,
+    tokenizer_for,
+)
+
+Part = ModelRequestPart | ModelResponsePart
+
+
+class IdentityCache:
+    """Values attached to objects by identity, dropped when the object is garbage collected."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], object, dict[Any, Any]]] = {}
+
+    def slot(self, obj: object, fingerprint: object) -> dict[Any, Any]:
+        """The dict of cached values for ``obj``; emptied when its fingerprint changed."""
+        key = id(obj)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is obj and entry[1] == fingerprint:
+            return entry[2]
+        values: dict[Any, Any] = {}
+        entries = self._entries
+
+        def forget(_: weakref.ref[Any], key: int = key) -> None:
+            current = entries.get(key)
+            if current is not None and current[0]() is None:
+                del entries[key]
+
+        self._entries[key] = (weakref.ref(obj, forget), fingerprint, values)
+        return values
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_PARTS = IdentityCache()
+_MESSAGES = IdentityCache()
+
+
+def _part_fingerprint(part: Part) -> tuple[int, ...]:
+    if isinstance(part, ToolCallPart):
+        return (id(part.args), id(part.tool_name))
+    return (id(getattr(part, "content", None)),)
+
+
+def part_cache(part: Part) -> dict[Any, Any]:
+    """Cached values for one part (its counts, its governed versions)."""
+    return _PARTS.slot(part, _part_fingerprint(part))
+
+
+TokenSink = Callable[[Part, str, list[int]], None]
+
+
+def cached_part_tokens(part: Part, tokenizer: Tokenizer, sink: TokenSink | None = None) -> int:
+    """Tokens of one part, framing included, cached by identity.
+
+    ``sink`` receives the token ids of the part's bulky text when it had to be tokenised, so a
+    caller about to truncate that text need not tokenise it again.
+    """
+    values = part_cache(part)
+    key = ("tokens", tokenizer.encoding_name)
+    cached = values.get(key)
+    if cached is not None:
+        return int(cached)
+    pieces = part_pieces(part)
+    total = PART_OVERHEAD + MEDIA_TOKENS * part_media(part)
+    for number, piece in enumerate(pieces):
+        if sink is not None and number == len(pieces) - 1 and len(piece) > 2_048:
+            ids = tokenizer.encode(piece)
+            if ids is not None:
+                sink(part, piece, ids)
+                total += len(ids)
+                continue
+        total += tokenizer.count(piece)
+    values[key] = total
+    return total
+
+
+def is_tool_result(part: Part) -> bool:
+    """Whether a part answers a regular tool call (provider-native results pair inline)."""
+    if isinstance(part, ToolReturnPart):
+        return True
+    return isinstance(part, RetryPromptPart) and part.tool_name is not None
+
+
+def result_call_id(part: Part) -> str:
+    """The call id a tool result answers."""
+    assert isinstance(part, ToolReturnPart | RetryPromptPart)
+    return part.tool_call_id
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFacts:
+    """What governance needs to know about one message, computed once per message object."""
+
+    request: bool
+    tokens: int
+    part_tokens: tuple[int, ...]
+    call_ids: tuple[str, ...] = ()
+    result_ids: tuple[str, ...] = ()
+    user_prompt: bool = False
+    system_tokens: int = 0
+    text_response: bool = False
+    tool_names: frozenset[str] = field(default_factory=frozenset)
+    only_results: bool = False
+    aborted: bool = False
+    """A turn-aborted marker: an interrupted request or a ``<turn_aborted>`` user prompt."""
+
+
+def message_facts(
+    message: ModelMessage, tokenizer: Tokenizer, sink: TokenSink | None = None
+) -> MessageFacts:
+    """Facts about a message, cached by identity per encoding."""
+    values = _MESSAGES.slot(message, (id(message.parts), len(message.parts)))
+    key = tokenizer.encoding_name
+    cached = values.get(key)
+    if cached is not None:
+        facts: MessageFacts = cached
+        return facts
+    facts = _compute_facts(message, tokenizer, sink)
+    values[key] = facts
+    return facts
+
+
+def _compute_facts(
+    message: ModelMessage, tokenizer: Tokenizer, sink: TokenSink | None
+) -> MessageFacts:
+    counts = tuple(cached_part_tokens(part, tokenizer, sink) for part in message.parts)
+    tokens = MESSAGE_OVERHEAD + sum(counts)
+    if isinstance(message, ModelResponse):
+        calls = tuple(p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart))
+        names = frozenset(p.tool_name for p in message.parts if isinstance(p, ToolCallPart))
+        return MessageFacts(
+            request=False,
+            tokens=tokens,
+            part_tokens=counts,
+            call_ids=calls,
+            text_response=any(isinstance(p, TextPart) for p in message.parts),
+            tool_names=names,
+        )
+    results = tuple(result_call_id(p) for p in message.parts if is_tool_result(p))
+    names = frozenset(
+        p.tool_name
+        for p in message.parts
+        if isinstance(p, BaseToolReturnPart | RetryPromptPart)
+        if p.tool_name is not None
+    )
+    system = sum(
+        count
+        for p, count in zip(message.parts, counts, strict=True)
+        if isinstance(p, SystemPromptPart)
+    )
+    return MessageFacts(
+        request=True,
+        tokens=tokens,
+        part_tokens=counts,
+        result_ids=results,
+        user_prompt=any(isinstance(p, UserPromptPart) for p in message.parts),
+        system_tokens=system,
+        tool_names=names,
+        only_results=bool(message.parts) and len(results) == len(message.parts),
+        aborted=is_turn_aborted(message),
+    )
+
+
+ABORTED_PREFIXES = ("<turn_aborted>", "<turn-aborted>")
+
+
+def is_turn_aborted(message: ModelMessage) -> bool:
+    """Whether a message marks an aborted turn."""
+    if not isinstance(message, ModelRequest):
+        return False
+    if message.state == "interrupted":
+        return True
+    return any(
+        isinstance(p, UserPromptPart)
+        and isinstance(p.content, str)
+        and p.content.lstrip().startswith(ABORTED_PREFIXES)
+        for p in message.parts
+    )
+
+
+def history_tokens(messages: Iterable[ModelMessage], tokenizer: Tokenizer) -> int:
+    """Tokens of messages, without instructions."""
+    return sum(message_facts(message, tokenizer).tokens for message in messages)
+
+
+def count_tokens(
+    messages_or_text: str | Sequence[ModelMessage], *, model: str | None = None
+) -> int:
+    """Tokens a model would be sent for a text or a history (latest instructions counted once).
+
+    Exact for the OpenAI families whose encoding ships with ctxhub, approximate otherwise (see
+    ``tokenizer_for``). Repeated calls on a growing history only tokenise new messages.
+    """
+    tokenizer = tokenizer_for(model)
+    if isinstance(messages_or_text, str):
+        return tokenizer.count(messages_or_text)
+    instructions = instructions_of(messages_or_text)
+    return history_tokens(messages_or_text, tokenizer) + (
+        tokenizer.count(instructions) if instructions else 0
+    )
+
+
+def is_request(message: ModelMessage) -> bool:
+    """Whether a message is a request (sent to the model) rather than a response."""
+    return isinstance(message, ModelRequest)

@@ -1,0 +1,207 @@
+"""Policy: every knob of governance, with the reference designs' defaults, validated.
+
+The hub stores ``Policy.model_dump(mode="json")`` in a JSON column and rebuilds it with
+``Policy.model_validate``; a partial dict validates with defaults for the rest. An impossible
+combination is refused with a message naming the field.
+
+Defaults and where they come from:
+
+* 10 % safety margin, 8,000-token tool results truncated ``head``, mask keeping the first 2 and
+  last 5 results: Duragent (001).
+* Tool outputs trimmed in older messages only, dangling calls answered "Interrupted by user.",
+  the head being the first run: co-cli (000).
+* Tokens as the truncation unit, ``manage_todo_list`` protected, user text capped at 20,000
+  tokens: AgenticLoop RFC 005 (002).
+* Eviction of outputs above 20,000 tokens: pydantic-deep (004).
+
+Deliberate departures: Duragent caps history at 20,000 tokens to leave room for the tool loop
+it does not govern; ctxhub governs between tool iterations too, so the cap would only throw
+context away and is off by default. Masking is applied only when over budget (Duragent masks
+always) because a masked result is lost to the model while the budget would have held it. The
+sliding window has no trigger besides the budget by default: it drops context without
+summarising it, so it should only do so when it must.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Unit = Literal["tokens", "chars"]
+Strategy = Literal["head", "tail", "both"]
+Scope = Literal["older", "all"]
+Apply = Literal["always", "over_budget"]
+
+# A truncation indicator alone takes about 30 tokens; a limit must leave room for content.
+MIN_TRUNCATION_TOKENS = 64
+MIN_TRUNCATION_CHARS = 256
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Truncation(_Model):
+    """Truncation of long content: a limit, a unit, which end(s) to keep, and where it applies."""
+
+    limit: int | None = Field(default=8_000, description="None or 0 disables truncation.")
+    unit: Unit = "tokens"
+    strategy: Strategy = "head"
+    scope: Scope = Field(
+        default="older",
+        description=(
+            "'older' leaves the current turn intact (co-cli); 'all' truncates every output "
+            "as soon as it is in the history (write time)."
+        ),
+    )
+    line_count: bool = Field(default=True, description="State the total line count.")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this truncation does anything."""
+        return bool(self.limit)
+
+    @model_validator(mode="after")
+    def _room_for_content(self) -> Self:
+        if not self.limit:
+            return self
+        if self.limit < 0:
+            raise ValueError("limit must be positive (or 0 / None to disable)")
+        minimum = MIN_TRUNCATION_TOKENS if self.unit == "tokens" else MIN_TRUNCATION_CHARS
+        if self.limit < minimum:
+            raise ValueError(
+                f"limit must be at least {minimum} {self.unit}: the truncation indicator alone "
+                "takes most of that"
+            )
+        return self
+
+
+class Eviction(_Model):
+    """Large tool outputs replaced by a preview and a reference to the full text in storage."""
+
+    threshold_tokens: int | None = Field(default=20_000, description="None or 0 disables.")
+    preview_lines: int = Field(default=10, ge=0)
+    preview_chars: int = Field(default=2_000, ge=0)
+    scope: Scope = "all"
+    tool_name: str = Field(default="read_evicted_output", min_length=1)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether eviction does anything."""
+        return bool(self.threshold_tokens)
+
+    @model_validator(mode="after")
+    def _preview_smaller_than_threshold(self) -> Self:
+        if self.threshold_tokens is not None and self.threshold_tokens < 0:
+            raise ValueError("threshold_tokens must be positive (or 0 / None to disable)")
+        if self.threshold_tokens and self.preview_chars > self.threshold_tokens:
+            raise ValueError(
+                "preview_chars must not exceed threshold_tokens: a preview larger than the "
+                "output it stands for would be evicted again"
+            )
+        return self
+
+
+class Masking(_Model):
+    """Observation masking: keep the first N and last M tool results, mask the middle."""
+
+    keep_first: int = Field(default=2, ge=0)
+    keep_last: int = Field(default=5, ge=0)
+    apply: Apply = "over_budget"
+
+    @property
+    def enabled(self) -> bool:
+        """Both 0 disables masking (Duragent)."""
+        return bool(self.keep_first or self.keep_last)
+
+
+class Threshold(_Model):
+    """A size: a number of messages, of tokens, or a fraction of the context window."""
+
+    kind: Literal["messages", "tokens", "fraction"]
+    value: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _valid_value(self) -> Self:
+        if self.kind == "fraction" and self.value > 1:
+            raise ValueError("a fraction must be in (0, 1]")
+        if self.kind != "fraction" and self.value != int(self.value):
+            raise ValueError(f"a {self.kind} count must be a whole number")
+        return self
+
+    def resolve(self, window_tokens: int) -> tuple[Literal["messages", "tokens"], int]:
+        """This size in messages or tokens, fractions resolved against the context window."""
+        if self.kind == "fraction":
+            return "tokens", int(self.value * window_tokens)
+        return self.kind, int(self.value)
+
+
+class Window(_Model):
+    """Sliding window: drop the oldest middle messages, keeping head, pins and a recent tail."""
+
+    enabled: bool = True
+    triggers: tuple[Threshold, ...] = Field(
+        default=(),
+        description="Any trigger firing windows the history; exceeding the budget always does.",
+    )
+    keep: Threshold | None = Field(
+        default=None, description="How much recent history a trigger keeps; None fills the budget."
+    )
+    keep_head: bool = Field(default=True, description="Keep the first run (co-cli).")
+    protected_tools: tuple[str, ...] = ("manage_todo_list",)
+    keep_turn_aborted: bool = Field(
+        default=True, description="Keep messages carrying a turn-aborted marker."
+    )
+    notice: str = "[conversation truncated — {omitted} older messages omitted]"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if "{omitted}" not in self.notice:
+            raise ValueError("notice must contain '{omitted}'")
+        if self.keep is not None:
+            for trigger in self.triggers:
+                if trigger.kind == self.keep.kind and trigger.value <= self.keep.value:
+                    raise ValueError(
+                        f"keep ({self.keep.kind} {self.keep.value:g}) must be smaller than "
+                        f"every trigger of the same kind ({trigger.value:g}), or windowing "
+                        "would fire again on its own output"
+                    )
+        return self
+
+
+class Policy(_Model):
+    """Every knob of context governance; see the module docstring for where defaults come from."""
+
+    context_window: int | None = Field(
+        default=None, gt=0, description="Override of the model's context window, in tokens."
+    )
+    reserved_output_tokens: int = Field(default=8_192, ge=0)
+    safety_margin: float = Field(default=0.10, ge=0, lt=0.5)
+    history_cap_tokens: int | None = Field(
+        default=None, description="Optional cap on history tokens; None or 0 means no cap."
+    )
+    dangling_call_text: str = "Interrupted by user."
+    tool_output: Truncation = Truncation()
+    text: Truncation = Truncation(limit=20_000, strategy="both")
+    eviction: Eviction = Eviction()
+    masking: Masking = Masking()
+    window: Window = Window()
+    drop_groups: bool = True
+    shrink_newest: bool = Field(
+        default=True,
+        description="Last resort: shrink the newest tool outputs proportionally to fit.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.history_cap_tokens is not None and self.history_cap_tokens < 0:
+            raise ValueError("history_cap_tokens must be positive (or 0 / None for no cap)")
+        if self.context_window is not None:
+            margin = int(self.context_window * self.safety_margin)
+            if self.reserved_output_tokens + margin >= self.context_window:
+                raise ValueError(
+                    "reserved_output_tokens plus the safety margin leave no room for history "
+                    f"in a context_window of {self.context_window}"
+                )
+        return self

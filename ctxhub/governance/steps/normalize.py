@@ -1,0 +1,206 @@
+"""Pair integrity, first on every call (AgenticLoop RFC 005, Codex ``normalize``).
+
+* A tool call that never got its result (a run interrupted mid-tool, a crash, a hand-built
+  history) gets a synthetic result with the policy's text, right after the call — as co-cli
+  patches dangling calls on interrupt. It is marked the way pydantic-ai marks its own
+  (``outcome='interrupted'`` and the synthesized-return metadata key), so the framework does
+  not add a second one.
+* A tool result whose call is not before it is removed: providers reject it.
+* Turn-aborted markers — an interrupted request, or a user prompt starting ``<turn_aborted>`` —
+  are left in place (a request emptied by orphan removal is dropped only if it was not one).
+
+Matching follows pydantic-ai's ``repair_messages``: a result answers the oldest open call with
+its id, earlier in the history. Provider-native calls and results pair inside one response and
+are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import cast
+
+from pydantic_ai.messages import (
+    SYNTHESIZED_TOOL_RETURN_METADATA_KEY,
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+)
+
+from ..counting import (
+    MessageFacts,
+    Part,
+    is_tool_result,
+    message_facts,
+    result_call_id,
+)
+from ..tokens import Tokenizer
+
+
+@dataclass
+class Normalized:
+    """The repaired history and how each of its messages relates to the input."""
+
+    messages: list[ModelMessage]
+    facts: list[MessageFacts]
+    index: list[int | None]
+    """Input index of each message; None for a message added to hold synthetic results."""
+    origins: dict[int, list[int | None]]
+    """For changed messages: the input part index of each part (None when synthesized)."""
+    removed: dict[int, list[int]]
+    """Input message index → indices of its parts removed as orphans."""
+    dropped: list[int]
+    """Input indices of messages emptied by orphan removal and left out."""
+    changed: bool
+
+
+def _pairing(
+    facts: Sequence[MessageFacts],
+) -> tuple[dict[int, list[str]], dict[int, set[int]]]:
+    """Dangling call ids by response index, and orphan result positions by request index."""
+    open_calls: dict[str, list[int]] = {}
+    dangling: dict[int, list[str]] = {}
+    orphans: dict[int, set[int]] = {}
+    for position, fact in enumerate(facts):
+        if not fact.request:
+            for call_id in fact.call_ids:
+                earlier = open_calls.get(call_id)
+                if earlier:
+                    # A reused id: the older open call can no longer be answered.
+                    for response in earlier:
+                        dangling.setdefault(response, []).append(call_id)
+                open_calls[call_id] = [position]
+        elif fact.result_ids:
+            for number, call_id in enumerate(fact.result_ids):
+                waiting = open_calls.get(call_id)
+                if waiting:
+                    waiting.pop(0)
+                    if not waiting:
+                        del open_calls[call_id]
+                else:
+                    orphans.setdefault(position, set()).add(number)
+    for call_id, responses in open_calls.items():
+        for response in responses:
+            dangling.setdefault(response, []).append(call_id)
+    return dangling, orphans
+
+
+def normalize(
+    messages: Sequence[ModelMessage],
+    facts: Sequence[MessageFacts],
+    tokenizer: Tokenizer,
+    dangling_text: str,
+) -> Normalized:
+    """Repair tool-call pairing; cheap when nothing needs repair (the common case)."""
+    dangling, orphans = _pairing(facts)
+    if not dangling and not orphans:
+        return Normalized(
+            list(messages), list(facts), list(range(len(messages))), {}, {}, [], False
+        )
+    out: list[ModelMessage] = []
+    out_facts: list[MessageFacts] = []
+    index: list[int | None] = []
+    origins: dict[int, list[int | None]] = {}
+    removed: dict[int, list[int]] = {}
+    dropped: list[int] = []
+    pending: list[ToolReturnPart] = []
+
+    def flush_pending() -> None:
+        if pending:
+            request = ModelRequest(parts=list(pending))
+            origins[len(out)] = [None] * len(pending)
+            out.append(request)
+            out_facts.append(message_facts(request, tokenizer))
+            index.append(None)
+            pending.clear()
+
+    last = len(messages) - 1
+    for position, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            flush_pending()
+            out.append(message)
+            out_facts.append(facts[position])
+            index.append(position)
+            calls = dangling.get(position)
+            if calls:
+                pending.extend(_synthetic(message, calls, dangling_text))
+            continue
+        parts: list[Part] = list(message.parts)
+        part_origins: list[int | None] = list(range(len(parts)))
+        gone = orphans.get(position)
+        if gone:
+            removed[position] = sorted(_result_numbers(parts, gone))
+            keep = [n for n in range(len(parts)) if n not in set(removed[position])]
+            parts = [parts[n] for n in keep]
+            part_origins = list(keep)
+        if pending:
+            at = max((n + 1 for n, p in enumerate(parts) if is_tool_result(p)), default=0)
+            parts[at:at] = pending
+            part_origins[at:at] = [None] * len(pending)
+            pending.clear()
+        if not parts and position != last and not facts[position].aborted:
+            dropped.append(position)
+            continue
+        if gone or part_origins != list(range(len(message.parts))):
+            new = replace(message, parts=cast(list[ModelRequestPart], parts))
+            origins[len(out)] = part_origins
+            out.append(new)
+            out_facts.append(message_facts(new, tokenizer))
+        else:
+            out.append(message)
+            out_facts.append(facts[position])
+        index.append(position)
+    flush_pending()
+    return Normalized(out, out_facts, index, origins, removed, dropped, True)
+
+
+def _result_numbers(parts: Sequence[Part], result_numbers: set[int]) -> list[int]:
+    """Part indices of the n-th tool results (``result_numbers`` counts results only)."""
+    found: list[int] = []
+    seen = 0
+    for number, part in enumerate(parts):
+        if is_tool_result(part):
+            if seen in result_numbers:
+                found.append(number)
+            seen += 1
+    return found
+
+
+def _synthetic(response: ModelResponse, call_ids: list[str], text: str) -> list[ToolReturnPart]:
+    calls = {p.tool_call_id: p for p in response.parts if isinstance(p, ToolCallPart)}
+    return [
+        ToolReturnPart(
+            tool_name=calls[call_id].tool_name,
+            content=text,
+            tool_call_id=call_id,
+            tool_kind=calls[call_id].tool_kind,
+            metadata={SYNTHESIZED_TOOL_RETURN_METADATA_KEY: True},
+            timestamp=response.timestamp,
+            outcome="interrupted",
+        )
+        for call_id in call_ids
+    ]
+
+
+def pairing_problems(messages: Sequence[ModelMessage]) -> list[str]:
+    """Every unanswered call and unmatched result in a history (empty when it is valid)."""
+    problems: list[str] = []
+    open_calls: dict[str, int] = {}
+    for position, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            for call in message.parts:
+                if isinstance(call, ToolCallPart):
+                    if call.tool_call_id in open_calls:
+                        problems.append(f"call {call.tool_call_id} reused at {position}")
+                    open_calls[call.tool_call_id] = position
+        else:
+            for result in message.parts:
+                if is_tool_result(result):
+                    call_id = result_call_id(result)
+                    if open_calls.pop(call_id, None) is None:
+                        problems.append(f"result {call_id} at {position} has no call before it")
+    problems.extend(f"call {c} at {p} has no result" for c, p in open_calls.items())
+    return problems

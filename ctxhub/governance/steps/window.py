@@ -1,0 +1,212 @@
+"""Sliding window: drop the oldest middle messages, keep head, pins and a recent tail.
+
+* Triggers (pydantic-deep, 004): any of messages / tokens / fraction of the window fires it, and
+  exceeding the budget always does. What to keep: messages / tokens / fraction, never more than
+  the budget allows; by default as much as the budget allows (Duragent's render-time fill).
+* The head is the first run — up to the first response with text, as co-cli finds it — and is
+  kept, unless it would take more than half the budget, when only the first request is.
+* Kept whatever the window: messages with a system prompt, pinned messages, the latest call and
+  result of each protected tool (AgenticLoop's ``manage_todo_list``), turn-aborted markers, and
+  the current turn (from the latest user request on; ``drop_groups`` governs inside it). Each
+  kept message keeps the other half of its tool-call pairs.
+* The cut never separates a call from its result: the tail starts only where no result in it
+  answers a call before it.
+* A notice in Duragent's format says how many messages were omitted; a notice from an earlier
+  governance pass is folded into the new one, so windowing again never stacks notices.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
+
+from .._work import MARK, Work
+from ..counting import message_facts
+
+
+def notice_omitted(message: ModelMessage) -> int | None:
+    """The omitted count of a window notice governance wrote; None for any other message."""
+    if not isinstance(message, ModelRequest) or not message.metadata:
+        return None
+    note = message.metadata.get(MARK)
+    if isinstance(note, dict) and note.get("notice") == "window":
+        omitted = note.get("omitted", 0)
+        return omitted if isinstance(omitted, int) else 0
+    return None
+
+
+def _timestamp(message: ModelMessage) -> datetime:
+    if isinstance(message, ModelResponse):
+        return message.timestamp
+    if message.timestamp is not None:
+        return message.timestamp
+    for part in message.parts:
+        stamp = getattr(part, "timestamp", None)
+        if isinstance(stamp, datetime):
+            return stamp
+    return datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def build_notice(work: Work, omitted: int, near: ModelMessage) -> ModelRequest:
+    """The message telling the model how many messages were omitted."""
+    text = work.policy.window.notice.format(omitted=omitted)
+    return ModelRequest(
+        parts=[UserPromptPart(text, timestamp=_timestamp(near))],
+        metadata={MARK: {"notice": "window", "omitted": omitted}},
+    )
+
+
+def find_head_end(work: Work) -> int:
+    """Last position of the head (-1 for none): the first run, or just the first request."""
+    if not work.policy.window.keep_head:
+        return -1
+    end = next((p for p, f in enumerate(work.facts) if f.text_response), -1)
+    end = min(end, work.turn_start - 1)
+    if end < 0:
+        return -1
+    # Results answering the head's last calls belong to the head.
+    while end + 1 < work.turn_start and work.facts[end + 1].only_results:
+        end += 1
+    head_tokens = sum(work.materialise(p) for p in range(end + 1))
+    if head_tokens > work.limit // 2:
+        first = next((p for p in range(end + 1) if work.facts[p].request), -1)
+        end = first
+    return end
+
+
+def sticky_positions(work: Work) -> set[int]:
+    """Positions kept whatever the window, closed over their tool-call partners."""
+    policy = work.policy.window
+    sticky = set(work.pinned_positions)
+    protected = set(policy.protected_tools)
+    latest_protected: dict[str, int] = {}
+    for position, fact in enumerate(work.facts):
+        if fact.system_tokens:
+            sticky.add(position)
+        if protected and not fact.request and not fact.tool_names.isdisjoint(protected):
+            for name in fact.tool_names & protected:
+                latest_protected[name] = position
+        if policy.keep_turn_aborted and fact.aborted:
+            sticky.add(position)
+    sticky.update(latest_protected.values())
+    return _close_over_pairs(work, sticky)
+
+
+def _close_over_pairs(work: Work, positions: set[int]) -> set[int]:
+    if not any(work.facts[p].call_ids or work.facts[p].result_ids for p in positions):
+        return positions
+    call_at: dict[str, int] = {}
+    result_at: dict[str, int] = {}
+    for position, fact in enumerate(work.facts):
+        for call_id in fact.call_ids:
+            call_at[call_id] = position
+        for call_id in fact.result_ids:
+            result_at[call_id] = position
+    closed = set(positions)
+    todo = list(positions)
+    while todo:
+        position = todo.pop()
+        fact = work.facts[position]
+        for call_id in fact.call_ids:
+            partner = result_at.get(call_id)
+            if partner is not None and partner not in closed:
+                closed.add(partner)
+                todo.append(partner)
+        for call_id in fact.result_ids:
+            partner = call_at.get(call_id)
+            if partner is not None and partner not in closed:
+                closed.add(partner)
+                todo.append(partner)
+    return closed
+
+
+def _fired(work: Work, head_end: int, sticky: set[int]) -> tuple[bool, bool]:
+    """(fired, over budget)."""
+    if work.exact_over():
+        return True, True
+    window_tokens = work.window_tokens
+    for trigger in work.policy.window.triggers:
+        kind, value = trigger.resolve(window_tokens)
+        if kind == "messages":
+            movable = sum(
+                1
+                for p in range(head_end + 1, len(work.base))
+                if work.kept[p] and p not in sticky and notice_omitted(work.base[p]) is None
+            )
+            if movable > value:
+                return True, False
+        elif work.exact_over(value):
+            return True, False
+    return False, False
+
+
+def window(work: Work) -> int | None:
+    """Apply the sliding window; the number of messages omitted, or None when it did not fire."""
+    policy = work.policy.window
+    head_end = find_head_end(work)
+    work.head_end = head_end
+    work.tail_start = work.turn_start
+    if not policy.enabled or work.turn_start <= head_end + 1:
+        return None
+    sticky = sticky_positions(work)
+    fired, over = _fired(work, head_end, sticky)
+    if not fired:
+        return None
+
+    start = work.turn_start
+    fixed = sum(
+        work.materialise(p)
+        for p in range(len(work.base))
+        if work.kept[p] and (p <= head_end or p >= start or p in sticky)
+    )
+    previous = sum(
+        notice_omitted(work.base[p]) or 0 for p in range(head_end + 1, start) if p not in sticky
+    )
+    # Reserve room for the notice at its largest (every middle message omitted).
+    worst = build_notice(work, previous + start, work.base[start])
+    available = work.limit - fixed - message_facts(worst, work.tokenizer).tokens
+    max_messages: int | None = None
+    if not over and policy.keep is not None:
+        kind, value = policy.keep.resolve(work.window_tokens)
+        if kind == "messages":
+            max_messages = value
+        else:
+            available = min(available, value)
+
+    taken = 0
+    # A message keep counts the whole tail, the current turn included.
+    count = sum(1 for p in range(start, len(work.base)) if work.kept[p])
+    open_results: set[str] = set()
+    cut = start
+    for position in range(start - 1, head_end, -1):
+        fact = work.facts[position]
+        if position not in sticky and work.kept[position]:
+            taken += work.materialise(position)
+            count += 1
+            if taken > available or (max_messages is not None and count > max_messages):
+                break
+        open_results.update(fact.result_ids)
+        open_results.difference_update(fact.call_ids)
+        if not open_results:
+            cut = position
+
+    omitted = previous
+    first_dropped: int | None = None
+    for position in range(head_end + 1, cut):
+        if position in sticky or not work.kept[position]:
+            continue
+        if notice_omitted(work.base[position]) is None:
+            omitted += 1
+        if first_dropped is None:
+            first_dropped = position
+        work.drop(position, "window")
+    work.tail_start = cut
+    if first_dropped is None:
+        return 0
+    work.notice = build_notice(work, omitted, work.base[cut - 1])
+    work.notice_omitted = omitted
+    work.notice_before = next(
+        (p for p in range(first_dropped, len(work.base)) if work.kept[p]), None
+    )
+    return omitted

@@ -10,6 +10,7 @@ ensure_python_env
 ensure_system_package initdb postgresql
 ensure_system_package redis-server redis-server
 ensure_system_package chromium chromium
+ensure_system_package docker-compose docker-compose  # validates docker-compose.yml offline
 export CTXHUB_CHROMIUM=${CTXHUB_CHROMIUM:-$(find_bin chromium)}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ctxhub-test.XXXXXX")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -257,7 +258,7 @@ def _turn(w: _Writer, request: str, *, interrupted: bool) -> None:
                 # The tool refused the arguments and asked the model to call it again.
                 path = call.args_as_dict().get("path", "that path")
                 content = f"{path} does not exist; list the directory first"
-                outcome = "retried"
+                outcome: Literal["success", "retried"] = "retried"
             else:
                 content, outcome = _tool_result(w, call), "success"
             parts.append(

@@ -11,22 +11,23 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sessions import services, tasks
+from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Message
 from sessions.presenters import present_message
 
 
-def _own_session(request: HttpRequest, pk: UUID) -> AgentSession:
+def _own_session(request: AuthenticatedHttpRequest, pk: UUID) -> AgentSession:
     """The session if the user owns it; anyone else gets the same 404 as for a missing one."""
     return get_object_or_404(AgentSession, pk=pk, owner=request.user)
 
 
 @require_GET
-def session_list(request: HttpRequest) -> HttpResponse:
+def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "sessions/list.html", {"sessions": services.sessions_for(request.user)})
 
 
 @require_GET
-def session_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
+def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     session = _own_session(request, pk)
     messages = [present_message(row) for row in session.messages.all()]
     return render(
@@ -37,7 +38,7 @@ def session_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @require_GET
-def message_detail(request: HttpRequest, pk: UUID, seq: int) -> HttpResponse:
+def message_detail(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> HttpResponse:
     session = _own_session(request, pk)
     row = get_object_or_404(Message, session=session, seq=seq)
     return render(
@@ -48,7 +49,7 @@ def message_detail(request: HttpRequest, pk: UUID, seq: int) -> HttpResponse:
 
 
 @require_POST
-def recount(request: HttpRequest, pk: UUID) -> HttpResponse:
+def recount(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     session = _own_session(request, pk)
     tasks.recount_session_tokens.delay(str(session.pk))
     if not request.htmx:

@@ -44,7 +44,11 @@ def messages_appended(
 
 
 def meter_changed(session: AgentSession, totals: TokenTotals) -> None:
+    """A recount finished: the new meter, and the job's outcome where its button is."""
     html = render_to_string(
         "sessions/_meter.html", {"session": session, "totals": totals, "oob": True}
+    ) + render_to_string(
+        "sessions/_job_status_oob.html",
+        {"outcome": {"tokens": totals.tokens, "messages": totals.messages}},
     )
     _push(session, html)

@@ -51,11 +51,13 @@ def message_detail(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> Htt
 @require_POST
 def recount(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     session = _own_session(request, pk)
-    tasks.recount_session_tokens.delay(str(session.pk))
+    job = tasks.recount_session_tokens.delay(str(session.pk))
     if not request.htmx:
         return redirect(session)
-    # The new meter arrives over the session's socket when the job finishes.
-    return render(request, "sessions/detail.html#recount_queued", {"session": session})
+    # Eager jobs (the embedded default) are done already; a worker's result arrives over the
+    # session's socket with the new meter.
+    outcome = job.result if job.ready() else None
+    return render(request, "sessions/_job_status.html", {"outcome": outcome})
 
 
 @login_not_required

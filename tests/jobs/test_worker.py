@@ -48,3 +48,4 @@ def test_a_worker_recounts_tokens_and_pushes_the_meter(worker: None, alice: obje
     assert outcome == {"session": str(session.pk), "messages": 2, "tokens": expected}
     event = async_to_sync(layer.receive)(channel)
     assert f'<strong data-testid="token-total">{expected}</strong>' in event["html"]
+    assert f"Recounted: {expected} tokens in 2 messages" in event["html"]

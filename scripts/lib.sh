@@ -1,6 +1,6 @@
 # Shared set-up steps of scripts/run.sh and scripts/test.sh. Sourced, not run.
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+say() { printf '\033[1m==> [%4ss] %s\033[0m\n' "$SECONDS" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 as_root() {

@@ -6,7 +6,7 @@ messages themselves.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,10 +134,24 @@ def recount_tokens(session: AgentSession) -> TokenTotals:
     return totals
 
 
-def sessions_for(user: Any) -> Sequence[AgentSession]:
-    """A user's own sessions with their message counts and token totals."""
-    return list(
-        AgentSession.objects.filter(owner=user).annotate(
-            message_count=Count("messages"), token_total=Sum("messages__tokens")
-        )
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    session: AgentSession
+    messages: int
+    tokens: int
+    window: int
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.tokens / self.window
+
+
+def sessions_for(user: Any) -> list[SessionSummary]:
+    """A user's own sessions, newest first, with their sizes against their windows."""
+    rows = AgentSession.objects.filter(owner=user).annotate(
+        message_count=Count("messages"), token_total=Sum("messages__tokens")
     )
+    return [
+        SessionSummary(row, row.message_count, row.token_total or 0, session_window(row))
+        for row in rows
+    ]

@@ -6,7 +6,7 @@ from uuid import UUID
 
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -34,6 +34,26 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
         request,
         "sessions/detail.html",
         {"session": session, "messages": messages, "totals": services.token_totals(session)},
+    )
+
+
+@require_GET
+def messages_after(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """The messages after a seq, with the meter: what a (re)connecting socket missed."""
+    session = _own_session(request, pk)
+    try:
+        after = int(request.GET.get("after", "-1"))
+    except ValueError:
+        return HttpResponseBadRequest("after: must be an integer seq", content_type="text/plain")
+    rows = session.messages.filter(seq__gt=after)
+    return render(
+        request,
+        "sessions/_messages_after.html",
+        {
+            "session": session,
+            "messages": [present_message(row) for row in rows],
+            "totals": services.token_totals(session),
+        },
     )
 
 

@@ -74,9 +74,9 @@ def port_open(port: int) -> Callable[[], bool]:
 
 
 @contextmanager
-def asgi_server(log: Path) -> Iterator[str]:
+def asgi_server(log: Path, port: int | None = None) -> Iterator[str]:
     """daphne serving ctxhub.asgi (pages, static files, sockets); yields its base URL."""
-    port = free_port()
+    port = port or free_port()
     args = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "ctxhub.asgi:application"]
     with running(args, log, port_open(port)):
         yield f"http://127.0.0.1:{port}"

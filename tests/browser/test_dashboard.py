@@ -14,7 +14,8 @@ from playwright.sync_api import Page, expect
 from sessions import services
 from sessions.models import AgentSession
 from tests.conftest import ARTIFACTS
-from tests.factories import user
+from tests.factories import make_session, reply, user
+from tests.processes import asgi_server, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -72,3 +73,42 @@ def test_a_new_user_logs_in_and_watches_a_session_live(page: Page, live_url: str
     page.screenshot(path=ARTIFACTS / "dashboard-session-live.png")
     page.goto(f"{live_url}/")
     page.screenshot(path=ARTIFACTS / "dashboard-session-list.png", full_page=True)
+
+
+def test_a_page_catches_up_on_what_it_missed_while_the_server_restarted(
+    page: Page, django_user_model: object
+) -> None:
+    owner = django_user_model.objects.create_user("carol", password="carol-password")
+    session = make_session(owner, title="Deploy in the middle of a run")
+    server_side(lambda: services.append_messages(session, [user("start"), reply("started")]))
+    page.add_init_script(
+        "document.addEventListener('htmx:wsOpen', () => { window.socketOpens = (window.socketOpens || 0) + 1 })"
+    )
+    port = free_port()
+    log = ARTIFACTS / "logs" / "daphne-restart.log"
+
+    with asgi_server(log, port) as url:
+        page.goto(f"{url}/login/?next=/sessions/{session.pk}/")
+        page.get_by_label("Username").fill("carol")
+        page.get_by_label("Password").fill("carol-password")
+        page.get_by_role("button", name="Log in").click()
+        expect(page.locator("article.msg")).to_have_count(2)
+        page.wait_for_function("() => window.socketOpens === 1", timeout=10_000)
+        page.evaluate("window.notReloaded = true")
+
+    # The server is down: this message is stored, but no socket is there to receive it.
+    server_side(
+        lambda: services.append_message(session, user("appended while the server was down"))
+    )
+
+    with asgi_server(log, port):
+        page.wait_for_function("() => window.socketOpens === 2", timeout=60_000)
+        expect(page.locator("#msg-2")).to_contain_text("appended while the server was down")
+        server_side(
+            lambda: services.append_message(session, reply("and one pushed after the reconnect"))
+        )
+        expect(page.locator("#msg-3")).to_contain_text("and one pushed after the reconnect")
+
+    seqs = page.locator("article.msg").evaluate_all("els => els.map(el => Number(el.dataset.seq))")
+    assert seqs == [0, 1, 2, 3]
+    assert page.evaluate("window.notReloaded") is True

@@ -31,6 +31,8 @@ def test_the_list_shows_own_sessions_with_totals(
     page = client.get("/").content.decode()
     assert "Fix the parser" in page
     assert f">{services.token_totals(session).tokens}<" in page
+    totals = services.token_totals(session)
+    assert f"{round(100 * totals.tokens / 128_000)}%" in page
 
 
 def test_the_detail_shows_messages_with_token_counts(
@@ -69,3 +71,38 @@ def test_pages_refuse_other_methods(client: Client, alice: object, session: obje
     client.force_login(alice)
     assert client.post(f"/sessions/{session.pk}/").status_code == 405
     assert client.get(f"/sessions/{session.pk}/recount/").status_code == 405
+
+
+def test_catch_up_returns_only_later_messages_with_the_meter(
+    client: Client, alice: object, session: object
+) -> None:
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/messages/?after=1").content.decode()
+    assert 'id="msg-0"' not in page
+    assert 'id="msg-1"' not in page
+    assert 'id="msg-2"' in page
+    assert 'id="msg-3"' in page
+    assert 'id="meter" class="meter" hx-swap-oob="true"' in page
+
+
+def test_catch_up_from_the_start_returns_everything(
+    client: Client, alice: object, session: object
+) -> None:
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/messages/").content.decode()
+    assert page.count('<article class="msg') == 4
+
+
+@pytest.mark.parametrize("after", ["x", "1.5", ""])
+def test_catch_up_refuses_a_bad_seq_naming_it(
+    client: Client, alice: object, session: object, after: str
+) -> None:
+    client.force_login(alice)
+    response = client.get(f"/sessions/{session.pk}/messages/?after={after}")
+    assert response.status_code == 400
+    assert response.content.startswith(b"after:")
+
+
+def test_catch_up_hides_other_users_sessions(client: Client, bob: object, session: object) -> None:
+    client.force_login(bob)
+    assert client.get(f"/sessions/{session.pk}/messages/?after=-1").status_code == 404

@@ -82,7 +82,8 @@ def test_a_page_catches_up_on_what_it_missed_while_the_server_restarted(
     session = make_session(owner, title="Deploy in the middle of a run")
     server_side(lambda: services.append_messages(session, [user("start"), reply("started")]))
     page.add_init_script(
-        "document.addEventListener('htmx:wsOpen', () => { window.socketOpens = (window.socketOpens || 0) + 1 })"
+        "document.addEventListener('htmx:wsOpen', "
+        "() => { window.socketOpens = (window.socketOpens || 0) + 1 })"
     )
     port = free_port()
     log = ARTIFACTS / "logs" / "daphne-restart.log"

@@ -63,10 +63,9 @@ def append_messages(
         return []
     tokenizer = session_tokenizer(session)
     with transaction.atomic():
-        # Lock the session row so concurrent appends get consecutive, unique seq numbers.
-        AgentSession.objects.select_for_update().filter(pk=session.pk).update(
-            updated_at=timezone.now()
-        )
+        # Updating the session row locks it until commit, so concurrent appends to one
+        # session take turns and get consecutive, unique seq numbers.
+        AgentSession.objects.filter(pk=session.pk).update(updated_at=timezone.now())
         last = session.messages.aggregate(last=Max("seq"))["last"]
         start = 0 if last is None else last + 1
         rows = Message.objects.bulk_create(

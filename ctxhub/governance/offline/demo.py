@@ -1,0 +1,239 @@
+"""``offline:demo``: a chat model that needs no API key and gives governance real work.
+
+It answers every message by looking at this repository with two harmless tools — listing a
+directory and reading a file, both confined to the repository root — and then reports what it
+found. The outputs are real and sometimes large, so someone with no API key can chat and watch
+truncation, masking, the window and compaction act on them. Every answer says it comes from
+the offline demo model.
+
+The tools refuse absolute paths, ``..`` escapes, symbolic links leading outside the root and
+hidden files (``.env``, ``.git``), and read at most 256 KB of text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.profiles import ModelProfile
+from pydantic_ai.toolsets import FunctionToolset
+
+from ..ledger import paths_in
+
+OFFLINE_DEMO = "offline:demo"
+LABEL = "[offline demo model — no API key, no network]"
+REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_WINDOW = 32_000
+MAX_READ_BYTES = 256 * 1024
+MAX_TOOL_CALLS_PER_TURN = 3
+_LIST_WORDS = re.compile(
+    r"\b(list|ls|files?|director(y|ies)|folders?|tree|structure|contents?)\b", re.I
+)
+
+
+class PathRefused(ValueError):
+    """A demo tool was asked for a path outside the repository or a hidden file."""
+
+
+def confine(root: Path, path: str) -> Path:
+    """``path`` resolved inside ``root``; PathRefused when it would leave it or is hidden."""
+    if not path or path.strip() in (".", "./"):
+        return root.resolve()
+    relative = Path(path.strip())
+    if relative.is_absolute():
+        raise PathRefused(
+            f"{path!r}: absolute paths are refused; give a path inside the repository"
+        )
+    if any(part == ".." for part in relative.parts):
+        raise PathRefused(f"{path!r}: '..' is refused; the tools stay inside the repository")
+    if any(part.startswith(".") for part in relative.parts):
+        raise PathRefused(f"{path!r}: hidden files and directories are not shown")
+    base = root.resolve()
+    target = (base / relative).resolve()
+    if not target.is_relative_to(base):
+        raise PathRefused(f"{path!r}: leads outside the repository")
+    return target
+
+
+def list_files(root: Path, path: str = ".") -> str:
+    """Entries of a directory of the repository, directories first, hidden ones left out."""
+    try:
+        directory = confine(root, path)
+    except PathRefused as refused:
+        return f"Refused: {refused}"
+    if not directory.is_dir():
+        return f"Not a directory: {path}"
+    entries = sorted(
+        (p for p in directory.iterdir() if not p.name.startswith(".")),
+        key=lambda p: (not p.is_dir(), p.name),
+    )
+    lines = [
+        f"{p.name}/" if p.is_dir() else f"{p.name} ({p.stat().st_size} bytes)" for p in entries
+    ]
+    shown = path.strip() or "."
+    return f"{shown}: {len(lines)} entries\n" + "\n".join(lines)
+
+
+def read_file(root: Path, path: str, offset: int = 0, limit: int = 400) -> str:
+    """Lines ``offset`` to ``offset + limit`` of a text file of the repository."""
+    try:
+        target = confine(root, path)
+    except PathRefused as refused:
+        return f"Refused: {refused}"
+    if not target.is_file():
+        return f"No such file: {path}"
+    data = target.read_bytes()[:MAX_READ_BYTES]
+    if b"\x00" in data:
+        return f"{path} is a binary file"
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    offset = max(0, offset)
+    limit = max(1, min(limit, 5_000))
+    selected = lines[offset : offset + limit]
+    header = f"{path}: lines {offset + 1}-{offset + len(selected)} of {len(lines)}"
+    return header + "\n" + "\n".join(selected)
+
+
+def demo_toolset(root: Path | str | None = None) -> FunctionToolset[Any]:
+    """The demo tools, confined to ``root`` (the repository by default)."""
+    base = Path(root) if root is not None else REPOSITORY_ROOT
+
+    def list_files_tool(path: str = ".") -> str:
+        """List a directory of the repository.
+
+        Args:
+            path: Directory relative to the repository root; "." for the root.
+        """
+        return list_files(base, path)
+
+    def read_file_tool(path: str, offset: int = 0, limit: int = 400) -> str:
+        """Read lines of a text file of the repository.
+
+        Args:
+            path: File path relative to the repository root.
+            offset: First line to return, counting from 0.
+            limit: How many lines to return.
+        """
+        return read_file(base, path, offset, limit)
+
+    toolset: FunctionToolset[Any] = FunctionToolset()
+    toolset.add_function(list_files_tool, takes_ctx=False, name="list_files")
+    toolset.add_function(read_file_tool, takes_ctx=False, name="read_file")
+    return toolset
+
+
+# --- the model's behaviour --------------------------------------------------------------------
+
+
+def _turn(messages: list[ModelMessage]) -> tuple[str, list[ModelMessage]]:
+    """The latest user prompt and the messages after it."""
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    return part.content, messages[position + 1 :]
+    return "", []
+
+
+def _plan(prompt: str) -> list[tuple[str, dict[str, Any]]]:
+    paths = [p for p in dict.fromkeys(paths_in(prompt)) if not p.startswith("/")]
+    if paths:
+        steps: list[tuple[str, dict[str, Any]]] = []
+        for path in paths[:MAX_TOOL_CALLS_PER_TURN]:
+            name = "list_files" if path.endswith("/") else "read_file"
+            steps.append((name, {"path": path.rstrip("/") or "."}))
+        return steps
+    if _LIST_WORDS.search(prompt):
+        return [("list_files", {"path": "."})]
+    return [("list_files", {"path": "."}), ("read_file", {"path": "README.md", "limit": 60})]
+
+
+def _results(after: list[ModelMessage]) -> list[ToolReturnPart]:
+    return [
+        part
+        for message in after
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+
+
+def _describe(result: ToolReturnPart) -> str:
+    text = result.model_response_str()
+    lines = text.splitlines()
+    first = lines[0] if lines else ""
+    preview = next((ln.strip() for ln in lines[1:] if ln.strip()), "")
+    detail = f"; it begins: {preview[:120]}" if preview else ""
+    return f"- {result.tool_name}: {first}{detail}"
+
+
+def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The demo model's next response: the next planned tool call, or its report."""
+    prompt, after = _turn(messages)
+    available = {tool.name for tool in info.function_tools}
+    results = _results(after)
+    if {"list_files", "read_file"} <= available and len(results) < MAX_TOOL_CALLS_PER_TURN:
+        plan = _plan(prompt)
+        if len(results) < len(plan):
+            name, args = plan[len(results)]
+            call_id = f"demo_{len(messages)}_{len(results)}"
+            return ModelResponse(
+                parts=[ToolCallPart(name, args, tool_call_id=call_id)], model_name=OFFLINE_DEMO
+            )
+    if not available:
+        text = (
+            f"{LABEL} I can list and read this repository's files when the demo tools are "
+            "available; without them I can only echo: " + prompt[:200]
+        )
+    elif results:
+        text = f"{LABEL} Here is what I found:\n" + "\n".join(_describe(r) for r in results)
+    else:
+        text = f"{LABEL} I had nothing to look up for: {prompt[:200]}"
+    return ModelResponse(parts=[TextPart(text)], model_name=OFFLINE_DEMO)
+
+
+async def respond_stream(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | DeltaToolCalls]:
+    """The same response, streamed: text word by word, or the tool call at once."""
+    response = respond(messages, info)
+    part = response.parts[0]
+    if isinstance(part, ToolCallPart):
+        yield {
+            0: DeltaToolCall(
+                name=part.tool_name,
+                json_args=json.dumps(part.args_as_dict()),
+                tool_call_id=part.tool_call_id,
+            )
+        }
+        return
+    assert isinstance(part, TextPart)
+    for word in re.findall(r"\S+\s*", part.content):
+        yield word
+
+
+def demo_model(window: int = DEFAULT_WINDOW) -> FunctionModel:
+    """The offline demo chat model, named ``offline:demo``; pair it with ``demo_toolset()``."""
+    return FunctionModel(
+        respond,
+        stream_function=respond_stream,
+        model_name=OFFLINE_DEMO,
+        profile=ModelProfile(
+            supports_json_schema_output=True,
+            supports_json_object_output=True,
+            context_window=window,
+        ),
+    )

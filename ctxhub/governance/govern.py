@@ -210,12 +210,25 @@ def _facts(
 
 
 def _current_turn(normalized: Normalized) -> tuple[int, int | None]:
-    """Position of the latest user request (start of the current turn), if any."""
+    """Start of the current turn and position of the latest user request, if any.
+
+    The turn starts at the latest user request, or earlier when that request also carries
+    results (pair repair may have put them there) whose calls come before it.
+    """
+    facts = normalized.facts
     for position in range(len(normalized.messages) - 1, -1, -1):
-        fact = normalized.facts[position]
+        fact = facts[position]
         message = normalized.messages[position]
         if fact.request and fact.user_prompt and notice_omitted(message) is None:
-            return position, position
+            start = position
+            needed = set(fact.result_ids)
+            earlier = position - 1
+            while needed and earlier >= 0:
+                if needed.intersection(facts[earlier].call_ids):
+                    needed.difference_update(facts[earlier].call_ids)
+                    start = earlier
+                earlier -= 1
+            return start, position
     return 0, None
 
 

@@ -40,7 +40,7 @@ def _candidates(work: Work) -> list[tuple[int, int, ToolReturnPart[Any], int]]:
 def shrink(work: Work) -> int:
     """Shrink the newest tool outputs; the number of outputs shrunk."""
     shrunk: set[tuple[int, int]] = set()
-    for _ in range(3):
+    for _ in range(4):
         excess = work.total() - work.limit
         if excess <= 0:
             break
@@ -56,9 +56,12 @@ def shrink(work: Work) -> int:
             )
             text = tool_output_text(part)
             assert text is not None
+            # The part may carry more tokens than its text (an error is sent wrapped in JSON):
+            # scale the text's limit by the share the part must keep.
+            text_tokens = work.tokenizer.count(text)
             cut = truncate_text(
                 text,
-                target,
+                max(MIN_TRUNCATION_TOKENS, text_tokens * target // tokens),
                 unit="tokens",
                 strategy=work.policy.tool_output.strategy,
                 tokenizer=work.tokenizer,

@@ -65,13 +65,24 @@ def find_head_end(work: Work) -> int:
     end = min(end, work.turn_start - 1)
     if end < 0:
         return -1
-    # Results answering the head's last calls belong to the head.
-    while end + 1 < work.turn_start and work.facts[end + 1].only_results:
-        end += 1
+    end = _close_head(work, end)
     head_tokens = sum(work.materialise(p) for p in range(end + 1))
     if head_tokens > work.limit // 2:
         first = next((p for p in range(end + 1) if work.facts[p].request), -1)
-        end = first
+        end = _close_head(work, first)
+    return end
+
+
+def _close_head(work: Work, end: int) -> int:
+    """Extend the head until every call in it has its result in it (or in the current turn)."""
+    waiting: set[str] = set()
+    for position in range(end + 1):
+        waiting.update(work.facts[position].call_ids)
+        waiting.difference_update(work.facts[position].result_ids)
+    while waiting and end + 1 < work.turn_start:
+        end += 1
+        waiting.update(work.facts[end].call_ids)
+        waiting.difference_update(work.facts[end].result_ids)
     return end
 
 
@@ -121,10 +132,10 @@ def _close_over_pairs(work: Work, positions: set[int]) -> set[int]:
     return closed
 
 
-def _fired(work: Work, head_end: int, sticky: set[int]) -> tuple[bool, bool]:
-    """(fired, over budget)."""
+def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
+    """Whether the history is over budget or any trigger fires."""
     if work.exact_over():
-        return True, True
+        return True
     window_tokens = work.window_tokens
     for trigger in work.policy.window.triggers:
         kind, value = trigger.resolve(window_tokens)
@@ -135,10 +146,10 @@ def _fired(work: Work, head_end: int, sticky: set[int]) -> tuple[bool, bool]:
                 if work.kept[p] and p not in sticky and notice_omitted(work.base[p]) is None
             )
             if movable > value:
-                return True, False
+                return True
         elif work.exact_over(value):
-            return True, False
-    return False, False
+            return True
+    return False
 
 
 def window(work: Work) -> int | None:
@@ -150,8 +161,7 @@ def window(work: Work) -> int | None:
     if not policy.enabled or work.turn_start <= head_end + 1:
         return None
     sticky = sticky_positions(work)
-    fired, over = _fired(work, head_end, sticky)
-    if not fired:
+    if not _fired(work, head_end, sticky):
         return None
 
     start = work.turn_start
@@ -167,7 +177,9 @@ def window(work: Work) -> int | None:
     worst = build_notice(work, previous + start, work.base[start])
     available = work.limit - fixed - message_facts(worst, work.tokenizer).tokens
     max_messages: int | None = None
-    if not over and policy.keep is not None:
+    # The keep target applies however the window fired: a budget-driven cut that kept more
+    # would let a trigger fire again on the output, and governing twice must change nothing.
+    if policy.keep is not None:
         kind, value = policy.keep.resolve(work.window_tokens)
         if kind == "messages":
             max_messages = value
@@ -177,8 +189,13 @@ def window(work: Work) -> int | None:
     taken = 0
     # A message keep counts the whole tail, the current turn included.
     count = sum(1 for p in range(start, len(work.base)) if work.kept[p])
+    # Results in the kept turn whose calls come before it: the cut must go below those calls.
     open_results: set[str] = set()
-    cut = start
+    calls_in_turn: set[str] = set()
+    for position in range(start, len(work.base)):
+        calls_in_turn.update(work.facts[position].call_ids)
+        open_results.update(set(work.facts[position].result_ids) - calls_in_turn)
+    cut = start if not open_results else head_end + 1
     for position in range(start - 1, head_end, -1):
         fact = work.facts[position]
         if position not in sticky and work.kept[position]:

@@ -1,0 +1,78 @@
+"""Eviction of large outputs: preview, reference, evicted texts returned, read back."""
+
+from __future__ import annotations
+
+from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user
+
+from ctxhub.governance import InMemoryEvictionStore, govern, read_evicted
+from ctxhub.governance.steps.evict import eviction_ref
+
+BIG = 1_000_000
+LOG = "\n".join(f"{n:05d} INFO request served in {n % 97} ms" for n in range(6000))
+
+
+def _history(content: str = LOG) -> list:  # type: ignore[type-arg]
+    return [_user("go"), _call("logs", id="c1"), _ret("logs", content, id="c1"), _text("ok")]
+
+
+def _evicting(threshold: int = 1000, **extra: object) -> dict[str, object]:
+    return _off(eviction={"threshold_tokens": threshold, "preview_chars": 500, **extra})
+
+
+def test_large_output_becomes_a_preview_with_a_reference() -> None:
+    governed = govern(_history(), _tight(BIG, **_evicting()), model=MODEL)
+    content = governed.messages[2].parts[0].content  # type: ignore[union-attr]
+    ref = eviction_ref(LOG)
+    assert content.startswith("[output evicted: ~")
+    assert f"reference {ref}" in content
+    assert "read_evicted_output(ref=" in content
+    assert "00000 INFO" in content
+    assert "[… 5990 more lines]" in content
+    assert governed.evicted == {ref: LOG}
+    part = governed.report.messages[2].parts[0]
+    assert (part.action, part.ref) == ("evicted", ref)
+    assert governed.report.evicted_refs == [ref]
+
+
+def test_small_outputs_stay() -> None:
+    governed = govern(_history("short"), _tight(BIG, **_evicting()), model=MODEL)
+    assert governed.evicted == {}
+
+
+def test_eviction_is_idempotent() -> None:
+    policy = _tight(BIG, **_evicting())
+    once = govern(_history(), policy, model=MODEL)
+    twice = govern(once.messages, policy, model=MODEL)
+    assert twice.messages == once.messages
+    assert twice.evicted == {}
+
+
+def test_same_content_gives_the_same_reference() -> None:
+    policy = _tight(BIG, **_evicting())
+    first = govern(_history(), policy, model=MODEL)
+    second = govern(_history(), policy, model=MODEL)
+    assert first.evicted == second.evicted
+
+
+def test_read_back_with_offset_limit_and_grep() -> None:
+    store = InMemoryEvictionStore()
+    governed = govern(_history(), _tight(BIG, **_evicting()), model=MODEL)
+    store.put_all(governed.evicted)
+    (ref,) = governed.evicted
+    page = read_evicted(store.get(ref), ref, offset=10, limit=3)
+    assert page.splitlines()[1:] == [
+        "10: 00010 INFO request served in 10 ms",
+        "11: 00011 INFO request served in 11 ms",
+        "12: 00012 INFO request served in 12 ms",
+    ]
+    assert "the output has 6000 lines" in page
+    found = read_evicted(store.get(ref), ref, grep=r"served in 96 ms", limit=2)
+    assert found.splitlines()[1:] == [
+        "96: 00096 INFO request served in 96 ms",
+        "193: 00193 INFO request served in 96 ms",
+    ]
+
+
+def test_unknown_reference_and_bad_pattern_are_explained() -> None:
+    assert "No evicted output" in read_evicted(None, "ev_nope")
+    assert "Invalid grep pattern" in read_evicted("a", "ev_x", grep="(")

@@ -1,0 +1,68 @@
+"""Iteration-group dropping and the proportional shrink of the newest outputs."""
+
+from __future__ import annotations
+
+from engine_builders import MODEL, _call, _off, _ret, _tight, _user, _words
+from pydantic_ai.messages import ModelMessage
+
+from ctxhub.governance import govern
+from ctxhub.governance.steps.normalize import pairing_problems
+
+
+def _loop(n: int, size: int = 300) -> list[ModelMessage]:
+    history: list[ModelMessage] = [_user("fix the bug")]
+    for i in range(n):
+        history += [_call("run", id=f"r{i}"), _ret("run", _words(size, f"o{i}"), id=f"r{i}")]
+    return history
+
+
+def test_oldest_groups_of_the_turn_are_dropped_first() -> None:
+    history = _loop(8)
+    governed = govern(history, _tight(1200, **_off(drop_groups=True)), model=MODEL)
+    assert governed.fits
+    assert governed.messages[0] is history[0]
+    assert governed.messages[-2:] == history[-2:]
+    assert history[1] not in governed.messages
+    assert pairing_problems(governed.messages) == []
+    dropped = [m.index for m in governed.report.messages if not m.kept]
+    assert dropped == list(range(1, 1 + len(dropped)))
+    step = next(s for s in governed.report.steps if s.step == "drop_groups")
+    assert step.parts > 0
+    assert step.tokens_removed > 0
+
+
+def test_the_newest_group_is_always_kept() -> None:
+    history = _loop(3, size=3000)
+    governed = govern(history, _tight(1000, **_off(drop_groups=True)), model=MODEL)
+    assert governed.messages[-2:] == history[-2:]
+    assert not governed.fits
+    assert governed.report.reason
+
+
+def test_shrink_cuts_the_newest_outputs_proportionally_to_fit() -> None:
+    history = [_user("go"), _call("a", id="a"), _ret("a", _words(3000), id="a")]
+    history += [_call("b", id="b"), _ret("b", _words(1000), id="b")]
+    policy = _tight(1500, **_off(drop_groups=False, shrink_newest=True))
+    governed = govern(history, policy, model=MODEL)
+    assert governed.fits
+    parts = [m.parts[0] for m in governed.report.messages]
+    assert parts[2].action == "truncated"
+    assert parts[4].action == "truncated"
+    cut_a = parts[2].tokens_before - parts[2].tokens_after
+    cut_b = parts[4].tokens_before - parts[4].tokens_after
+    assert cut_a > 2 * cut_b
+    assert [s.step for s in governed.report.steps] == ["shrink"]
+
+
+def test_when_nothing_can_make_it_fit_the_report_says_why() -> None:
+    history = [_user(_words(5000))]
+    governed = govern(history, _tight(1000), model=MODEL)
+    assert not governed.fits
+    assert governed.messages == history
+    assert "latest user request" in (governed.report.reason or "")
+
+
+def test_no_budget_at_all_is_explained() -> None:
+    governed = govern([_user("hi", system=_words(2000))], _tight(1000), model=MODEL)
+    assert governed.budget_tokens == 0
+    assert "no budget left" in (governed.report.reason or "")

@@ -1,0 +1,97 @@
+"""Token accounting: encodings per model, instructions and tool definitions, caching."""
+
+from __future__ import annotations
+
+from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user, _words
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+from pydantic_ai.tools import ToolDefinition
+
+import ctxhub.governance.counting as counting
+from ctxhub.governance import count_tokens, govern
+from ctxhub.governance.tokens import context_window, message_tokens, tokenizer_for
+
+
+def test_encodings_per_model_family() -> None:
+    assert tokenizer_for("openai:gpt-4o").encoding_name == "o200k_base"
+    assert tokenizer_for("openai:gpt-5-mini").encoding_name == "o200k_base"
+    assert tokenizer_for("o3-mini").encoding_name == "o200k_base"
+    assert tokenizer_for("openai:gpt-4-turbo").encoding_name == "cl100k_base"
+    assert tokenizer_for("gpt-3.5-turbo").encoding_name == "cl100k_base"
+    assert tokenizer_for("openai:gpt-4o").exact
+    claude = tokenizer_for("anthropic:claude-sonnet-4-5")
+    assert (claude.encoding_name, claude.exact) == ("o200k_base", False)
+
+
+def test_exact_counts_match_known_values() -> None:
+    assert count_tokens("hello world", model="openai:gpt-4o") == 2
+    assert count_tokens("hello world", model="gpt-4") == 2
+    assert count_tokens("<|endoftext|>", model="gpt-4o") > 1  # data, not a control token
+
+
+def test_context_windows_by_family_with_override() -> None:
+    assert context_window("openai:gpt-4o") == 128_000
+    assert context_window("openai:gpt-4.1-mini") == 1_000_000
+    assert context_window("anthropic:claude-opus-4") == 200_000
+    assert context_window("something-new") == 128_000
+    governed = govern([_user("hi")], _tight(5000), model="openai:gpt-4o")
+    assert governed.report.window_tokens == 5000
+
+
+def test_instructions_are_counted_once_from_the_latest_request() -> None:
+    first = ModelRequest(parts=[UserPromptPart("a")], instructions=_words(500))
+    latest = ModelRequest(parts=[UserPromptPart("b")], instructions="short")
+    tokenizer = tokenizer_for(MODEL)
+    expected = message_tokens(first, tokenizer) + message_tokens(latest, tokenizer) + 1
+    assert count_tokens([first, _text("x"), latest], model=MODEL) == expected + 5
+
+
+def test_budget_subtracts_system_instructions_tools_output_and_margin() -> None:
+    request = ModelRequest(parts=[UserPromptPart("hi")], instructions="be terse")
+    tools = [ToolDefinition(name="read", description="Read a file", parameters_json_schema={})]
+    governed = govern([request], None, model="openai:gpt-4o", tool_definitions=tools)
+    report = governed.report
+    assert report.tool_definition_tokens > 5
+    assert report.system_tokens == count_tokens("be terse", model=MODEL)
+    assert report.budget_tokens == (
+        128_000 - report.system_tokens - report.tool_definition_tokens - 8_192 - 12_800
+    )
+
+
+def test_history_cap_lowers_the_budget() -> None:
+    governed = govern([_user("hi")], _tight(100_000, history_cap_tokens=3000), model=MODEL)
+    assert governed.budget_tokens == 3000
+
+
+def test_report_totals_equal_count_tokens() -> None:
+    history = [_user("go", system="sys"), _call("read", id="c"), _ret("read", _words(900), id="c")]
+    history += [_text("done"), _user("next")]
+    governed = govern(history, _tight(100_000, tool_output={"limit": 100}), model=MODEL)
+    assert governed.report.tokens_before == count_tokens(history, model=MODEL)
+    assert governed.report.tokens_after == count_tokens(governed.messages, model=MODEL)
+    assert governed.report.tokens_after < governed.report.tokens_before
+    assert sum(m.tokens_after for m in governed.report.messages) == governed.report.tokens_after
+
+
+def test_a_growing_history_only_counts_new_messages(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    computed: list[object] = []
+    original = counting._compute_facts
+
+    def spy(message, tokenizer, sink):  # type: ignore[no-untyped-def]
+        computed.append(message)
+        return original(message, tokenizer, sink)
+
+    monkeypatch.setattr(counting, "_compute_facts", spy)
+    history = [_user(f"message {n} " + _words(50)) for n in range(200)]
+    policy = _tight(10_000_000, **_off())
+    govern(history, policy, model=MODEL)
+    assert len(computed) == 200
+    computed.clear()
+    history.append(_text("one more"))
+    govern(history, policy, model=MODEL)
+    assert computed == [history[-1]]
+
+
+def test_approximate_families_are_marked_in_the_report() -> None:
+    governed = govern([_user("hi")], None, model="anthropic:claude-sonnet-4-5")
+    assert governed.report.exact is False
+    assert governed.report.encoding == "o200k_base"

@@ -41,7 +41,6 @@ KINDS: tuple[Kind, ...] = ("path", "url", "identifier", "command", "error", "num
 FACTS_HEADING = "## Facts kept verbatim"
 """Heading of the section ``reconcile`` appends; parsed back when a summary is summarised."""
 
-DEFAULT_MAX_ITEMS = 400
 
 _FILE_EXTENSIONS = (
     "py|pyi|js|mjs|cjs|ts|tsx|jsx|md|rst|txt|json|jsonl|toml|yaml|yml|ini|cfg|conf|sql|sh|"
@@ -479,11 +478,11 @@ def extract_ledger(
     messages: Sequence[ModelMessage],
     *,
     indices: Sequence[int] | None = None,
-    max_items: int = DEFAULT_MAX_ITEMS,
+    max_items: int | None = None,
 ) -> Ledger:
     """The ledger of ``messages`` (``indices`` gives each one's input index for the report).
 
-    At most ``max_items`` items: the user's own facts first, then the newest of the rest.
+    Unlimited by default; with ``max_items``, the user's own facts first, then the newest.
     """
     collector = _Collector()
     for position, message in enumerate(messages):
@@ -491,7 +490,7 @@ def extract_ledger(
         _collect(collector, message, index)
     items = _drop_contained(list(collector.items.values()))
     omitted = 0
-    if len(items) > max_items:
+    if max_items is not None and len(items) > max_items:
         rank = {id(item): n for n, item in enumerate(items)}
         # The user's facts first, then the most recent: old tool errors matter least.
         chosen = sorted(items, key=lambda i: (i.text not in collector.user, -rank[id(i)]))

@@ -1,0 +1,1 @@
+"""Local fakes of external services, so real client code paths run offline in tests."""

@@ -1,0 +1,172 @@
+"""Overflow recovery: a session whose first request overflows recovers and completes, through
+the real OpenAI HTTP provider against a local fake server and through a FunctionModel."""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import openai
+import pytest
+from engine_builders import _call, _ret, _text, _user, _words
+from pydantic_ai import Agent, ModelContextWindowExceededError
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from ctxhub.governance import ContextGovernor, Policy
+from ctxhub.governance.recovery import OverflowRecovery, is_context_overflow, stated_sizes
+from ctxhub.governance.steps.normalize import pairing_problems
+from tests.fakes.openai_server import FakeOpenAI, fake_openai, prompt_chars
+
+__all__ = ["fake_openai"]  # the fixture, imported for pytest
+
+
+def _long_history(turns: int = 30) -> list[ModelMessage]:
+    history: list[ModelMessage] = [
+        _user("Audit the repository", system="You are careful."),
+        _text("Ok."),
+    ]
+    for k in range(turns):
+        history += [
+            _user(f"check file {k}"),
+            _call("read_file", id=f"c{k}", path=f"f{k}.py"),
+            _ret("read_file", _words(300, f"w{k}"), id=f"c{k}"),
+            _text(f"file {k} is fine"),
+        ]
+    return history
+
+
+def _openai(fake: FakeOpenAI) -> OpenAIChatModel:
+    return OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=fake.base_url, api_key="x"))
+
+
+def _valid_openai_request(body: dict[str, object]) -> None:
+    """Every tool message answers an earlier assistant tool call, and every call is answered."""
+    open_calls: set[str] = set()
+    for message in body["messages"]:  # type: ignore[attr-defined]
+        for call in message.get("tool_calls") or []:
+            open_calls.add(call["id"])
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_calls
+            open_calls.discard(message["tool_call_id"])
+    assert not open_calls
+
+
+async def test_an_overflowing_first_request_recovers_through_the_openai_provider(
+    fake_openai: FakeOpenAI,
+) -> None:
+    history = _long_history()
+    fake_openai.max_prompt_chars = 20_000
+    recovery = OverflowRecovery()
+    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy()), recovery])
+    result = await agent.run("and now summarise", message_history=history)
+    assert result.output == "Done."
+    assert fake_openai.overflows >= 1
+    assert 1 <= len(recovery.events) <= 3
+    first, last = fake_openai.requests[0], fake_openai.requests[-1]
+    assert prompt_chars(first) > fake_openai.max_prompt_chars
+    assert prompt_chars(last) <= fake_openai.max_prompt_chars
+    _valid_openai_request(last)
+    messages = last["messages"]
+    assert messages[0] == {"role": "system", "content": "You are careful."}
+    assert messages[-1]["content"] == "and now summarise"
+    # The run's history keeps every message: only the request on the wire was shrunk.
+    assert len(result.all_messages()) == len(history) + 2
+
+
+async def test_an_overflowing_streamed_request_recovers(fake_openai: FakeOpenAI) -> None:
+    fake_openai.max_prompt_chars = 20_000
+    agent = Agent(
+        _openai(fake_openai), capabilities=[ContextGovernor(Policy()), OverflowRecovery()]
+    )
+    async with agent.run_stream("and now summarise", message_history=_long_history()) as stream:
+        output = await stream.get_output()
+    assert output.strip() == "Done."
+    assert fake_openai.overflows >= 1
+    assert fake_openai.requests[-1]["stream"] is True
+    _valid_openai_request(fake_openai.requests[-1])
+
+
+async def test_without_recovery_the_overflow_fails_the_run(fake_openai: FakeOpenAI) -> None:
+    fake_openai.max_prompt_chars = 20_000
+    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy())])
+    with pytest.raises(ModelContextWindowExceededError):
+        await agent.run("and now summarise", message_history=_long_history())
+
+
+async def test_recovery_gives_up_after_three_retries(fake_openai: FakeOpenAI) -> None:
+    fake_openai.max_prompt_chars = 10  # nothing fits, not even the latest request
+    recovery = OverflowRecovery()
+    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy()), recovery])
+    with pytest.raises(ModelContextWindowExceededError):
+        await agent.run("and now summarise", message_history=_long_history())
+    assert len(recovery.events) <= 3
+    assert fake_openai.overflows == len(recovery.events) + 1
+    sizes = [prompt_chars(r) for r in fake_openai.requests]
+    assert sizes == sorted(sizes, reverse=True)
+
+
+async def test_an_overflowing_first_request_recovers_through_a_function_model() -> None:
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(messages)
+        if len(messages) > 40:
+            raise ModelContextWindowExceededError(model_name="fn", message="prompt is too long")
+        return ModelResponse(parts=[TextPart("recovered")])
+
+    history = _long_history()
+    recovery = OverflowRecovery()
+    agent = Agent(FunctionModel(model), capabilities=[ContextGovernor(Policy()), recovery])
+    result = await agent.run("and now summarise", message_history=history)
+    assert result.output == "recovered"
+    assert len(seen[0]) > 40 >= len(seen[-1])
+    assert 2 <= len(seen) <= 4
+    last = seen[-1]
+    assert pairing_problems(last) == []
+    assert last[0] is history[0]  # the system prompt and first request stay
+    prompt = last[-1].parts[-1]
+    assert isinstance(prompt, UserPromptPart)
+    assert prompt.content == "and now summarise"
+
+
+def test_provider_overflow_errors_are_recognised() -> None:
+    request = httpx2.Request("POST", "https://api.openai.com/v1/chat/completions")
+    body = {
+        "message": "too long",
+        "type": "invalid_request_error",
+        "code": "context_length_exceeded",
+    }
+    openai_error = openai.BadRequestError(
+        "Error code: 400", response=httpx2.Response(400, request=request), body=body
+    )
+    assert is_context_overflow(openai_error)
+
+    class AnthropicLikeError(Exception):
+        pass
+
+    anthropic = AnthropicLikeError("prompt is too long: 210000 tokens > 200000 maximum")
+    gemini = RuntimeError(
+        "400 INVALID_ARGUMENT. The input token count (1200000) exceeds the maximum number of "
+        "tokens allowed (1048576)."
+    )
+    assert is_context_overflow(anthropic)
+    assert is_context_overflow(gemini)
+    assert stated_sizes(anthropic) == (200_000, 210_000)
+    assert stated_sizes(gemini) == (1_048_576, 1_200_000)
+    wrapped = RuntimeError("request failed")
+    wrapped.__cause__ = openai_error
+    assert is_context_overflow(wrapped)
+    assert not is_context_overflow(RuntimeError("rate limit reached, retry in 20s"))
+    assert not is_context_overflow(ValueError(json.dumps({"code": "invalid_api_key"})))
+
+
+def test_stated_sizes_of_openai_messages() -> None:
+    error = RuntimeError(
+        "This model's maximum context length is 8,192 tokens. However, your messages resulted "
+        "in 9,000 tokens."
+    )
+    assert stated_sizes(error) == (8_192, 9_000)
+    assert stated_sizes(RuntimeError("prompt is too long")) is None

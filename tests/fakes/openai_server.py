@@ -86,7 +86,9 @@ class FakeOpenAI:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         host, port = self._server.server_address[:2]
         self.url = f"http://{host!s}:{port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
 
     def stop(self) -> None:
         """Stop serving."""

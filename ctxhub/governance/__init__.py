@@ -36,3 +36,45 @@ __all__ = [
     "read_evicted",
     "tool_definition_tokens",
 ]
+
+# Compaction, the fact ledger, manual commands, overflow recovery and models by name.
+from .commands import (
+    Command,
+    CommandResult,
+    HistoryFigures,
+    clear,
+    compact_command,
+    history_figures,
+    parse_command,
+    run_command,
+)
+from .compact import Compacted, CompactionReport, SummaryDraft, compact, is_summary
+from .ledger import Ledger, LedgerItem, extract_ledger, reconcile
+from .models import ModelChoice, is_offline, resolve_model
+from .recovery import OverflowRecovery, RecoveryEvent, is_context_overflow
+
+__all__ += [
+    "Command",
+    "CommandResult",
+    "Compacted",
+    "CompactionReport",
+    "HistoryFigures",
+    "Ledger",
+    "LedgerItem",
+    "ModelChoice",
+    "OverflowRecovery",
+    "RecoveryEvent",
+    "SummaryDraft",
+    "clear",
+    "compact",
+    "compact_command",
+    "extract_ledger",
+    "history_figures",
+    "is_context_overflow",
+    "is_offline",
+    "is_summary",
+    "parse_command",
+    "reconcile",
+    "resolve_model",
+    "run_command",
+]

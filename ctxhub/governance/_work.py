@@ -23,7 +23,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from .counting import MessageFacts, Part, cached_part_tokens, part_cache
+from .counting import MessageFacts, Part, cached_part_tokens, message_cache, part_cache
 from .policy import Policy, Truncation
 from .report import Action, StepName
 from .steps.evict import eviction_ref, preview
@@ -126,11 +126,32 @@ class Work:
     notice_before: int | None = None
     """Position the notice goes in front of (None: after the last message)."""
     dropped_by: dict[int, StepName] = field(default_factory=dict)
+    changes: dict[int, tuple[tuple[int, Transform], ...]] = field(default_factory=dict)
+    min_cap: float = field(init=False)
+    """No part at or below this many tokens can be evicted or truncated."""
+    cap_key: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.messages = list(self.base)
         self.tokens = [f.tokens for f in self.facts]
         self.kept = [True] * len(self.base)
+        policy = self.policy
+        limits: list[float] = []
+        for truncation in (policy.tool_output, policy.text):
+            if truncation.limit:
+                limits.append(truncation.limit if truncation.unit == "tokens" else 0)
+        if policy.eviction.threshold_tokens:
+            limits.append(policy.eviction.threshold_tokens)
+        self.min_cap = min(limits, default=float("inf"))
+        self.cap_key = _cap_key(
+            (
+                self.tokenizer.encoding_name,
+                policy.tool_output,
+                policy.text,
+                policy.eviction,
+                policy.window.protected_tools,
+            )
+        )
 
     # --- accounting -------------------------------------------------------------------------
 
@@ -177,17 +198,49 @@ class Work:
             self.messages[position] = self.base[position]
             self.tokens[position] = self.facts[position].tokens
             self.states.pop(position, None)
+            self.changes.pop(position, None)
 
     def materialise(self, position: int) -> int:
-        """Apply planned caps and masks to one position; its governed tokens."""
+        """Apply planned caps and masks to one position; its governed tokens.
+
+        The result is cached on the message for the same plan, so a history governed again
+        with one more message pays only for the new one.
+        """
         if position in self.materialised:
             return self.tokens[position]
         self.materialised.add(position)
-        message = self.base[position]
         facts = self.facts[position]
-        masked = self.masked.get(position, ())
-        new_parts: list[Part] | None = None
-        states: list[PartState] | None = None
+        masked = self.masked.get(position)
+        if not masked and facts.largest <= self.min_cap:
+            return self.tokens[position]
+        message = self.base[position]
+        key = (
+            "governed",
+            self.cap_key,
+            position < self.turn_start,
+            position == self.latest_prompt,
+            self.exempt(position),
+            frozenset(masked) if masked else None,
+        )
+        values = message_cache(message)
+        found: tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]] | None = values.get(key)
+        if found is None:
+            found = self._governed(position, message, facts, masked or set())
+            values[key] = found
+        governed, tokens, changes = found
+        if changes:
+            self.messages[position] = governed
+            self.tokens[position] = tokens
+            self.changes[position] = changes
+            for _, transform in changes:
+                if transform.evicted is not None and transform.ref is not None:
+                    self.evicted[transform.ref] = transform.evicted
+        return self.tokens[position]
+
+    def _governed(
+        self, position: int, message: ModelMessage, facts: MessageFacts, masked: set[int]
+    ) -> tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]]:
+        changes: list[tuple[int, Transform]] = []
         for number, part in enumerate(message.parts):
             transform: Transform | None
             if number in masked:
@@ -196,24 +249,16 @@ class Work:
                 transform = placeholder(part, facts.part_tokens[number], self.tokenizer)
             else:
                 transform = self._cap(position, number, part, facts.part_tokens[number])
-            if transform is None:
-                continue
-            if new_parts is None or states is None:
-                new_parts = list(message.parts)
-                states = self.part_states(position)
-            new_parts[number] = transform.part
-            state = states[number]
-            state.action = transform.action
-            state.tokens_after = transform.tokens
-            state.step = transform.step
-            state.ref = transform.ref
-            if transform.evicted is not None and transform.ref is not None:
-                self.evicted[transform.ref] = transform.evicted
-        if new_parts is not None and states is not None:
-            self.messages[position] = replace(message, parts=new_parts)  # type: ignore[arg-type]
-            self.states[position] = states
-            self.tokens[position] = MESSAGE_OVERHEAD + sum(s.tokens_after for s in states)
-        return self.tokens[position]
+            if transform is not None:
+                changes.append((number, transform))
+        if not changes:
+            return message, facts.tokens, ()
+        parts = list(message.parts)
+        counts = list(facts.part_tokens)
+        for number, transform in changes:
+            parts[number] = transform.part
+            counts[number] = transform.tokens
+        return rebuilt(message, parts), MESSAGE_OVERHEAD + sum(counts), tuple(changes)
 
     def part_states(self, position: int) -> list[PartState]:
         """Fresh part states of a position as normalised (before caps and masks)."""
@@ -228,17 +273,30 @@ class Work:
                 states.append(PartState(origin, "kept", count, count))
         return states
 
+    def states_of(self, position: int) -> list[PartState]:
+        """The part states of a position: normalised, then planned changes applied."""
+        if position in self.states:
+            return self.states[position]
+        states = self.part_states(position)
+        for number, transform in self.changes.get(position, ()):
+            state = states[number]
+            state.action = transform.action
+            state.tokens_after = transform.tokens
+            state.step = transform.step
+            state.ref = transform.ref
+        return states
+
     def set_part(self, position: int, number: int, transform: Transform) -> None:
         """Replace one part of a materialised position (used by the last-resort shrink)."""
         self.materialise(position)
-        states = self.states.get(position) or self.part_states(position)
+        states = self.states_of(position)
         parts = list(self.messages[position].parts)
         parts[number] = transform.part
         state = states[number]
         state.action = transform.action
         state.tokens_after = transform.tokens
         state.step = transform.step
-        self.messages[position] = replace(self.messages[position], parts=parts)  # type: ignore[arg-type]
+        self.messages[position] = rebuilt(self.base[position], parts)
         self.states[position] = states
         self.tokens[position] = MESSAGE_OVERHEAD + sum(s.tokens_after for s in states)
 
@@ -360,6 +418,31 @@ class Work:
         self.kept[position] = False
         self.dropped_by[position] = step
         self.tokens[position] = 0
+
+
+_CAP_KEYS: dict[tuple[Any, ...], int] = {}
+
+
+def _cap_key(settings: tuple[Any, ...]) -> int:
+    """A small int standing for the settings that decide a message's governed version."""
+    return _CAP_KEYS.setdefault(settings, len(_CAP_KEYS))
+
+
+def rebuilt(message: ModelMessage, parts: list[Part]) -> ModelMessage:
+    """``message`` with ``parts``; the same object for the same parts on every call.
+
+    Governed parts are cached on the originals, so reusing the rebuilt message too lets its
+    counts (cached by identity) survive from one request to the next.
+    """
+    values = message_cache(message)
+    key = ("rebuilt", tuple(map(id, parts)))
+    found = values.get(key)
+    if found is not None and all(a is b for a, b in zip(found.parts, parts, strict=True)):
+        result: ModelMessage = found
+        return result
+    result = replace(message, parts=parts)  # type: ignore[arg-type]
+    values[key] = result
+    return result
 
 
 def _measure(tokens: int, truncation: Truncation, part: Part) -> int:

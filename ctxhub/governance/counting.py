@@ -88,6 +88,11 @@ def part_cache(part: Part) -> dict[Any, Any]:
     return _PARTS.slot(part, _part_fingerprint(part))
 
 
+def message_cache(message: ModelMessage) -> dict[Any, Any]:
+    """Cached values for one message (its facts, its governed versions)."""
+    return _MESSAGES.slot(message, (id(message.parts), len(message.parts)))
+
+
 TokenSink = Callable[[Part, str, list[int]], None]
 
 
@@ -143,6 +148,10 @@ class MessageFacts:
     text_response: bool = False
     tool_names: frozenset[str] = field(default_factory=frozenset)
     only_results: bool = False
+    largest: int = 0
+    """Tokens of the largest part."""
+    outputs: tuple[int, ...] = ()
+    """Part numbers of the ordinary tool outputs (not framework returns)."""
     aborted: bool = False
     """A turn-aborted marker: an interrupted request or a ``<turn_aborted>`` user prompt."""
 
@@ -177,6 +186,7 @@ def _compute_facts(
             call_ids=calls,
             text_response=any(isinstance(p, TextPart) for p in message.parts),
             tool_names=names,
+            largest=max(counts, default=0),
         )
     results = tuple(result_call_id(p) for p in message.parts if is_tool_result(p))
     names = frozenset(
@@ -200,6 +210,8 @@ def _compute_facts(
         tool_names=names,
         only_results=bool(message.parts) and len(results) == len(message.parts),
         aborted=is_turn_aborted(message),
+        largest=max(counts, default=0),
+        outputs=tuple(n for n, p in enumerate(message.parts) if type(p) is ToolReturnPart),
     )
 
 

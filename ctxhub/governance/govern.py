@@ -11,6 +11,7 @@ proportional shrink of the newest outputs — stopping as soon as it fits.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -189,6 +190,12 @@ def govern(
     )
 
 
+# The history governed last, per encoding, and its facts: an agent governs the same list plus
+# a message or two before every request, so the shared prefix is recognised by identity (one
+# C-level pass) instead of looking every message up again.
+_LAST: dict[str, tuple[list[ModelMessage], list[MessageFacts]]] = {}
+
+
 def _facts(
     messages: Sequence[ModelMessage],
     tokenizer: Tokenizer,
@@ -203,9 +210,18 @@ def _facts(
             token_ids[id(part)] = (text, ids)
             room[0] -= len(ids)
 
+    known = 0
+    previous = _LAST.get(tokenizer.encoding_name)
+    if previous is not None:
+        before = previous[0]
+        if len(before) <= len(messages) and all(map(operator.is_, before, messages)):
+            known = len(before)
     facts: list[MessageFacts] = [None] * len(messages)  # type: ignore[list-item]
-    for position in range(len(messages) - 1, -1, -1):
+    if known:
+        facts[:known] = previous[1]  # type: ignore[index]
+    for position in range(len(messages) - 1, known - 1, -1):
         facts[position] = message_facts(messages[position], tokenizer, sink)
+    _LAST[tokenizer.encoding_name] = (list(messages), facts)
     return facts
 
 
@@ -415,7 +431,7 @@ def _message_report(
 ) -> MessageReport:
     """One input message (``fact`` given) or one added by pair repair (``fact`` None)."""
     kept = work.kept[position]
-    states = work.states.get(position) or work.part_states(position)
+    states = work.states_of(position)
     drop_step = work.dropped_by.get(position)
     by_origin = {s.origin: s for s in states if s.origin is not None}
     parts: list[PartReport] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from engine_builders import _words
 from pydantic_ai import Agent, models
 from pydantic_ai.messages import (
@@ -16,8 +17,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from ctxhub.governance import ContextGovernor, Policy, count_tokens
 from ctxhub.governance.steps.normalize import pairing_problems
 
-models.ALLOW_MODEL_REQUESTS = False
 WINDOW = 4_000
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)
 
 
 def _policy(**extra: object) -> Policy:

@@ -8,7 +8,7 @@ results governance already replaced (placeholders, previews) are left as they ar
 from __future__ import annotations
 
 from .._work import Transform, Work, marked, plain_output, with_content
-from ..counting import Part, cached_part_tokens
+from ..counting import Part, cached_part_tokens, part_cache
 from ..tokens import Tokenizer
 
 
@@ -17,24 +17,29 @@ def placeholder(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | No
     output = plain_output(part)
     if output is None:
         return None
+    values = part_cache(output)
+    key = ("mask", tokenizer.encoding_name, tokens)
+    if key in values:
+        cached: Transform | None = values[key]
+        return cached
     text = f"[result masked — ~{tokens} tokens removed]"
     new = with_content(output, text, {"masked": tokens})
     count = cached_part_tokens(new, tokenizer)
-    if count >= tokens:
-        return None
-    return Transform(new, count, "masked", "mask")
+    result = None if count >= tokens else Transform(new, count, "masked", "mask")
+    values[key] = result
+    return result
 
 
 def mask(work: Work) -> int:
     """Plan masking of the middle tool results; the number of results masked."""
     policy = work.policy.masking
-    results: list[tuple[int, int]] = []
-    for position, fact in enumerate(work.facts):
-        if fact.result_ids and work.kept[position]:
-            parts = work.base[position].parts
-            for number, part in enumerate(parts):
-                if plain_output(part) is not None:
-                    results.append((position, number))
+    kept = work.kept
+    results = [
+        (position, number)
+        for position, fact in enumerate(work.facts)
+        if fact.outputs and kept[position]
+        for number in fact.outputs
+    ]
     middle = results[policy.keep_first : max(policy.keep_first, len(results) - policy.keep_last)]
     count = 0
     for position, number in middle:

@@ -17,24 +17,25 @@ are left alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import cast
+from dataclasses import dataclass
 
 from pydantic_ai.messages import (
     SYNTHESIZED_TOOL_RETURN_METADATA_KEY,
     ModelMessage,
     ModelRequest,
-    ModelRequestPart,
     ModelResponse,
     ToolCallPart,
     ToolReturnPart,
 )
 
+from .._work import rebuilt
 from ..counting import (
     MessageFacts,
     Part,
     is_tool_result,
+    message_cache,
     message_facts,
+    part_cache,
     result_call_id,
 )
 from ..tokens import Tokenizer
@@ -110,7 +111,7 @@ def normalize(
 
     def flush_pending() -> None:
         if pending:
-            request = ModelRequest(parts=list(pending))
+            request = _request_for(pending)
             origins[len(out)] = [None] * len(pending)
             out.append(request)
             out_facts.append(message_facts(request, tokenizer))
@@ -128,9 +129,14 @@ def normalize(
             if calls:
                 pending.extend(_synthetic(message, calls, dangling_text))
             continue
+        gone = orphans.get(position)
+        if not gone and not pending:
+            out.append(message)
+            out_facts.append(facts[position])
+            index.append(position)
+            continue
         parts: list[Part] = list(message.parts)
         part_origins: list[int | None] = list(range(len(parts)))
-        gone = orphans.get(position)
         if gone:
             removed[position] = sorted(_result_numbers(parts, gone))
             keep = [n for n in range(len(parts)) if n not in set(removed[position])]
@@ -145,7 +151,7 @@ def normalize(
             dropped.append(position)
             continue
         if gone or part_origins != list(range(len(message.parts))):
-            new = replace(message, parts=cast(list[ModelRequestPart], parts))
+            new = rebuilt(message, parts)
             origins[len(out)] = part_origins
             out.append(new)
             out_facts.append(message_facts(new, tokenizer))
@@ -169,7 +175,31 @@ def _result_numbers(parts: Sequence[Part], result_numbers: set[int]) -> list[int
     return found
 
 
+def _request_for(results: list[ToolReturnPart]) -> ModelRequest:
+    """A request holding synthetic results; the same object for the same results."""
+    values = part_cache(results[0])
+    key = ("request", tuple(map(id, results)))
+    found = values.get(key)
+    if found is None:
+        found = values[key] = ModelRequest(parts=list(results))
+    request: ModelRequest = found
+    return request
+
+
 def _synthetic(response: ModelResponse, call_ids: list[str], text: str) -> list[ToolReturnPart]:
+    """Synthetic results for dangling calls, cached on the response so repeats reuse them."""
+    values = message_cache(response)
+    key = ("synthetic", text, tuple(call_ids))
+    found = values.get(key)
+    if found is None:
+        found = values[key] = _make_synthetic(response, call_ids, text)
+    results: list[ToolReturnPart] = found
+    return results
+
+
+def _make_synthetic(
+    response: ModelResponse, call_ids: list[str], text: str
+) -> list[ToolReturnPart]:
     calls = {p.tool_call_id: p for p in response.parts if isinstance(p, ToolCallPart)}
     return [
         ToolReturnPart(

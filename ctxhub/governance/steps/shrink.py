@@ -25,7 +25,7 @@ def _candidates(work: Work) -> list[tuple[int, int, ToolReturnPart[Any], int]]:
             continue
         work.materialise(position)
         message = work.messages[position]
-        states = work.states.get(position)
+        states = work.states_of(position)
         counts = work.facts[position].part_tokens
         for number, part in enumerate(message.parts):
             output = plain_output(part)

@@ -84,3 +84,29 @@ def test_the_extractive_summariser_is_deterministic() -> None:
     assert draft.errors_and_fixes == ["KeyError: 'revenue'"]
     assert draft.pending_tasks == ["Next we need to add charts."]
     assert draft.current_state == "Fixed the KeyError. Next we need to add charts."
+
+
+@pytest.mark.parametrize(
+    ("prompt", "calls"),
+    [
+        ("list the files in ctxhub/governance", [("list_files", {"path": "ctxhub/governance"})]),
+        ("what is in sessions/ ?", [("list_files", {"path": "sessions"})]),
+        (
+            "show me templates/sessions and README.md",
+            [("list_files", {"path": "templates/sessions"}), ("read_file", {"path": "README.md"})],
+        ),
+        ("look at /etc/passwd", [("list_files", {"path": "/etc/passwd"})]),
+    ],
+)
+async def test_the_demo_model_lists_directories_and_reads_files_it_is_asked_about(
+    prompt: str, calls: list[tuple[str, dict[str, str]]]
+) -> None:
+    agent = Agent(resolve_model("offline:demo"), toolsets=[demo_toolset()])
+    result = await agent.run(prompt)
+    made = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolCallPart)]
+    assert [(c.tool_name, c.args_as_dict()) for c in made] == calls
+    returns = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    if prompt.startswith("list"):
+        assert "models.py" in str(returns[0].content)
+    if "/etc/passwd" in prompt:
+        assert str(returns[0].content).startswith("Refused:")

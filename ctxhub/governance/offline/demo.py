@@ -39,6 +39,7 @@ REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_WINDOW = 32_000
 MAX_READ_BYTES = 256 * 1024
 MAX_TOOL_CALLS_PER_TURN = 3
+_PUNCTUATION = ",;:!?()[]{}'\"`"
 _LIST_WORDS = re.compile(
     r"\b(list|ls|files?|director(y|ies)|folders?|tree|structure|contents?)\b", re.I
 )
@@ -148,13 +149,26 @@ def _turn(messages: list[ModelMessage]) -> tuple[str, list[ModelMessage]]:
     return "", []
 
 
+def _paths(prompt: str) -> list[str]:
+    """Paths the prompt names: words with a slash (not URLs), and bare file names.
+
+    Absolute paths are passed on too: the tools refuse them, and the refusal is worth seeing.
+    """
+    words = (word.strip(_PUNCTUATION) for word in prompt.split())
+    slashed = [w for w in words if "/" in w and "://" not in w]
+    return list(dict.fromkeys([*slashed, *paths_in(prompt)]))
+
+
 def _plan(prompt: str) -> list[tuple[str, dict[str, Any]]]:
-    paths = [p for p in dict.fromkeys(paths_in(prompt)) if not p.startswith("/")]
+    paths = _paths(prompt)
     if paths:
         steps: list[tuple[str, dict[str, Any]]] = []
         for path in paths[:MAX_TOOL_CALLS_PER_TURN]:
-            name = "list_files" if path.endswith("/") else "read_file"
-            steps.append((name, {"path": path.rstrip("/") or "."}))
+            # A last segment without an extension is taken for a directory.
+            is_dir = path.endswith("/") or "." not in path.rstrip("/").rsplit("/", 1)[-1]
+            steps.append(
+                ("list_files" if is_dir else "read_file", {"path": path.rstrip("/") or "."})
+            )
         return steps
     if _LIST_WORDS.search(prompt):
         return [("list_files", {"path": "."})]

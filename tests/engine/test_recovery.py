@@ -59,12 +59,13 @@ async def test_an_overflowing_first_request_recovers_through_the_openai_provider
 ) -> None:
     history = _long_history()
     fake_openai.max_prompt_chars = 20_000
-    recovery = OverflowRecovery()
-    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy()), recovery])
+    governor = ContextGovernor(Policy())  # recovery is part of the governor
+    agent = Agent(_openai(fake_openai), capabilities=[governor])
     result = await agent.run("and now summarise", message_history=history)
     assert result.output == "Done."
     assert fake_openai.overflows >= 1
-    assert 1 <= len(recovery.events) <= 3
+    assert governor.recovery is not None
+    assert 1 <= len(governor.recovery.events) <= 3
     first, last = fake_openai.requests[0], fake_openai.requests[-1]
     assert prompt_chars(first) > fake_openai.max_prompt_chars
     assert prompt_chars(last) <= fake_openai.max_prompt_chars
@@ -78,9 +79,7 @@ async def test_an_overflowing_first_request_recovers_through_the_openai_provider
 
 async def test_an_overflowing_streamed_request_recovers(fake_openai: FakeOpenAI) -> None:
     fake_openai.max_prompt_chars = 20_000
-    agent = Agent(
-        _openai(fake_openai), capabilities=[ContextGovernor(Policy()), OverflowRecovery()]
-    )
+    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy())])
     async with agent.run_stream("and now summarise", message_history=_long_history()) as stream:
         output = await stream.get_output()
     assert output.strip() == "Done."
@@ -91,15 +90,27 @@ async def test_an_overflowing_streamed_request_recovers(fake_openai: FakeOpenAI)
 
 async def test_without_recovery_the_overflow_fails_the_run(fake_openai: FakeOpenAI) -> None:
     fake_openai.max_prompt_chars = 20_000
-    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy())])
+    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy(), recover=False)])
     with pytest.raises(ModelContextWindowExceededError):
         await agent.run("and now summarise", message_history=_long_history())
+    assert fake_openai.overflows == 1
+
+
+async def test_recovery_composes_as_its_own_capability(fake_openai: FakeOpenAI) -> None:
+    fake_openai.max_prompt_chars = 20_000
+    recovery = OverflowRecovery()
+    capabilities = [ContextGovernor(Policy(), recover=False), recovery]
+    result = await Agent(_openai(fake_openai), capabilities=capabilities).run(
+        "and now summarise", message_history=_long_history()
+    )
+    assert result.output == "Done."
+    assert 1 <= len(recovery.events) <= 3
 
 
 async def test_recovery_gives_up_after_three_retries(fake_openai: FakeOpenAI) -> None:
     fake_openai.max_prompt_chars = 10  # nothing fits, not even the latest request
     recovery = OverflowRecovery()
-    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy()), recovery])
+    agent = Agent(_openai(fake_openai), capabilities=[ContextGovernor(Policy(), recovery=recovery)])
     with pytest.raises(ModelContextWindowExceededError):
         await agent.run("and now summarise", message_history=_long_history())
     assert len(recovery.events) <= 3
@@ -118,8 +129,7 @@ async def test_an_overflowing_first_request_recovers_through_a_function_model() 
         return ModelResponse(parts=[TextPart("recovered")])
 
     history = _long_history()
-    recovery = OverflowRecovery()
-    agent = Agent(FunctionModel(model), capabilities=[ContextGovernor(Policy()), recovery])
+    agent = Agent(FunctionModel(model), capabilities=[ContextGovernor(Policy())])
     result = await agent.run("and now summarise", message_history=history)
     assert result.output == "recovered"
     assert len(seen[0]) > 40 >= len(seen[-1])

@@ -18,8 +18,9 @@ chmod 755 "$work"  # the PostgreSQL cluster below it belongs to another user whe
 trap 'stop_services "$work/services"; rm -rf "$work"' EXIT
 start_services "$work/services"
 
-say "lint"
+say "lint and types"
 .venv/bin/ruff check .
+.venv/bin/mypy ctxhub sessions
 
 say "test suite on PostgreSQL + Redis"
 .venv/bin/pytest "$@"

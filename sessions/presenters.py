@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic_ai.messages import (
+    BinaryContent,
+    FilePart,
+    FileUrl,
     ModelRequestPart,
     ModelResponsePart,
     ToolCallPart,
@@ -39,6 +42,7 @@ class PartView:
     chars: int
     lines: int
     cut: bool
+    media: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,24 @@ class MessageView:
     @property
     def cut(self) -> bool:
         return any(part.cut for part in self.parts)
+
+
+def _media_label(item: object) -> str | None:
+    """What a media item is, without its bytes: "image/png, 293 KB" or its URL."""
+    if isinstance(item, BinaryContent):
+        return f"{item.media_type}, {max(1, len(item.data) // 1024)} KB"
+    if isinstance(item, FileUrl):
+        return item.url
+    return None
+
+
+def _media(part: ModelRequestPart | ModelResponsePart) -> list[str]:
+    if isinstance(part, FilePart):
+        items: list[object] = [part.content]
+    else:
+        content = getattr(part, "content", None)
+        items = list(content) if isinstance(content, list | tuple) else []
+    return [label for label in map(_media_label, items) if label is not None]
 
 
 def present_part(part: ModelRequestPart | ModelResponsePart, *, full: bool) -> PartView:
@@ -74,6 +96,7 @@ def present_part(part: ModelRequestPart | ModelResponsePart, *, full: bool) -> P
         chars=len(text),
         lines=text.count("\n") + 1 if text else 0,
         cut=cut,
+        media=_media(part),
     )
 
 

@@ -1,7 +1,18 @@
 from __future__ import annotations
 
+import base64
+
 import pytest
 from django.test import Client
+from pydantic_ai.messages import (
+    BinaryContent,
+    FilePart,
+    ImageUrl,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 
 from sessions import services
 from tests.factories import call, make_session, reply, result, user
@@ -106,3 +117,26 @@ def test_catch_up_refuses_a_bad_seq_naming_it(
 def test_catch_up_hides_other_users_sessions(client: Client, bob: object, session: object) -> None:
     client.force_login(bob)
     assert client.get(f"/sessions/{session.pk}/messages/?after=-1").status_code == 404
+
+
+def test_media_shows_as_its_type_and_size_never_its_bytes(client: Client, alice: object) -> None:
+    session = make_session(alice)
+    image = BinaryContent(data=bytes(range(256)) * 1200, media_type="image/png")
+    services.append_messages(
+        session,
+        [
+            ModelRequest(
+                parts=[
+                    UserPromptPart(
+                        ["what is this?", image, ImageUrl(url="https://example.com/a.png")]
+                    )
+                ]
+            ),
+            ModelResponse(parts=[TextPart("A chart."), FilePart(content=image)]),
+        ],
+    )
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert page.count("image/png, 300 KB") == 2
+    assert "https://example.com/a.png" in page
+    assert base64.b64encode(image.data[:300]).decode() not in page

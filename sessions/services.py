@@ -81,6 +81,18 @@ def append_message(
     return append_messages(session, [item], source=source)[0]
 
 
+# The detail page shows the newest messages; earlier ones load a page at a time.
+PAGE_SIZE = 200
+
+
+def message_page(session: AgentSession, *, before: int | None = None) -> list[Message]:
+    """The newest PAGE_SIZE messages (before a seq, if given), oldest first."""
+    rows = session.messages.order_by("-seq")
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    return list(reversed(rows[:PAGE_SIZE]))
+
+
 @dataclass(frozen=True, slots=True)
 class TokenTotals:
     messages: int

@@ -26,35 +26,56 @@ def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "sessions/list.html", {"sessions": services.sessions_for(request.user)})
 
 
+def _page_context(session: AgentSession, rows: list[Message]) -> dict[str, object]:
+    return {
+        "session": session,
+        "messages": [present_message(row) for row in rows],
+        # Where the next "earlier messages" page starts, while there is one.
+        "earlier": rows[0].seq if rows and rows[0].seq > 0 else None,
+    }
+
+
 @require_GET
 def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     session = _own_session(request, pk)
-    messages = [present_message(row) for row in session.messages.all()]
+    context = _page_context(session, services.message_page(session))
     return render(
-        request,
-        "sessions/detail.html",
-        {"session": session, "messages": messages, "totals": services.token_totals(session)},
+        request, "sessions/detail.html", {**context, "totals": services.token_totals(session)}
     )
 
 
 @require_GET
-def messages_after(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
-    """The messages after a seq, with the meter: what a (re)connecting socket missed."""
+def messages(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """``?after=SEQ``: everything later, with the meter (what a reconnecting socket missed).
+    ``?before=SEQ``: the page of messages before it (the "earlier messages" button)."""
     session = _own_session(request, pk)
-    try:
-        after = int(request.GET.get("after", "-1"))
-    except ValueError:
+    if "before" in request.GET:
+        before = _seq_param(request, "before")
+        if before is None:
+            return HttpResponseBadRequest(
+                "before: must be an integer seq", content_type="text/plain"
+            )
+        context = _page_context(session, services.message_page(session, before=before))
+        return render(request, "sessions/_messages_before.html", context)
+    after = _seq_param(request, "after", default=-1)
+    if after is None:
         return HttpResponseBadRequest("after: must be an integer seq", content_type="text/plain")
-    rows = session.messages.filter(seq__gt=after)
+    rows = list(session.messages.filter(seq__gt=after))
     return render(
         request,
         "sessions/_messages_after.html",
-        {
-            "session": session,
-            "messages": [present_message(row) for row in rows],
-            "totals": services.token_totals(session),
-        },
+        {**_page_context(session, rows), "totals": services.token_totals(session)},
     )
+
+
+def _seq_param(request: HttpRequest, name: str, default: int | None = None) -> int | None:
+    raw = request.GET.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 @require_GET

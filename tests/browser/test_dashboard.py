@@ -74,6 +74,23 @@ def test_a_new_user_logs_in_and_watches_a_session_live(page: Page, live_url: str
     page.goto(f"{live_url}/")
     page.screenshot(path=ARTIFACTS / "dashboard-session-list.png", full_page=True)
 
+    # The longest demo session shows its newest 200 messages; earlier pages load on demand.
+    longest = max(
+        AgentSession.objects.filter(owner__username="demo"), key=lambda s: s.messages.count()
+    )
+    total = longest.messages.count()
+    assert total > 400
+    page.get_by_role("link", name=longest.title).click()
+    expect(page.locator("article.msg")).to_have_count(200)
+    earlier = page.get_by_role("button", name="Load earlier messages")
+    earlier.click()
+    expect(page.locator("article.msg")).to_have_count(400)
+    earlier.click()
+    expect(page.locator("article.msg")).to_have_count(total)
+    expect(earlier).to_have_count(0)
+    seqs = page.locator("article.msg").evaluate_all("els => els.map(el => Number(el.dataset.seq))")
+    assert seqs == list(range(total))
+
 
 def test_a_page_catches_up_on_what_it_missed_while_the_server_restarted(
     page: Page, django_user_model: object

@@ -140,3 +140,45 @@ def test_media_shows_as_its_type_and_size_never_its_bytes(client: Client, alice:
     assert page.count("image/png, 300 KB") == 2
     assert "https://example.com/a.png" in page
     assert base64.b64encode(image.data[:300]).decode() not in page
+
+
+@pytest.fixture
+def long_session(alice: object) -> object:
+    session = make_session(alice, title="A long run")
+    services.append_messages(session, [user(f"step {i}") for i in range(250)])
+    return session
+
+
+def test_the_detail_shows_the_newest_page_and_offers_earlier_ones(
+    client: Client, alice: object, long_session: object
+) -> None:
+    client.force_login(alice)
+    page = client.get(f"/sessions/{long_session.pk}/").content.decode()
+    assert page.count('<article class="msg') == 200
+    assert 'id="msg-49"' not in page
+    assert 'id="msg-50"' in page
+    assert 'id="msg-249"' in page
+    assert f"/sessions/{long_session.pk}/messages/?before=50" in page
+    assert '<strong data-testid="message-total">250</strong>' in page
+
+
+def test_the_earliest_page_ends_the_paging(
+    client: Client, alice: object, long_session: object
+) -> None:
+    client.force_login(alice)
+    page = client.get(f"/sessions/{long_session.pk}/messages/?before=50").content.decode()
+    assert page.count('<article class="msg') == 50
+    assert 'id="msg-0"' in page
+    assert 'id="msg-49"' in page
+    assert '<div id="earlier" class="earlier" hx-swap-oob="true">' in page
+    assert "?before=" not in page
+
+
+@pytest.mark.parametrize("before", ["x", ""])
+def test_paging_refuses_a_bad_seq_naming_it(
+    client: Client, alice: object, long_session: object, before: str
+) -> None:
+    client.force_login(alice)
+    response = client.get(f"/sessions/{long_session.pk}/messages/?before={before}")
+    assert response.status_code == 400
+    assert response.content.startswith(b"before:")

@@ -9,8 +9,10 @@ never touches the thousands of old messages the window will drop anyway. This ke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress
+from operator import attrgetter
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -23,15 +25,13 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from .counting import MARK as MARK
 from .counting import MessageFacts, Part, cached_part_tokens, message_cache, part_cache
 from .policy import Policy, Truncation
 from .report import Action, StepName
 from .steps.evict import eviction_ref, preview
 from .steps.truncate import truncate_text
 from .tokens import MESSAGE_OVERHEAD, Tokenizer, as_text
-
-MARK = "ctxhub"
-"""Metadata key on parts and messages governance wrote, so governing again leaves them be."""
 
 
 @dataclass(slots=True)
@@ -115,7 +115,10 @@ class Work:
     kept: list[bool] = field(init=False)
     states: dict[int, list[PartState]] = field(default_factory=dict)
     materialised: set[int] = field(default_factory=set)
-    masked: dict[int, set[int]] = field(default_factory=dict)
+    mask_span: tuple[int, int, int, int] | None = None
+    """First and last (position, part number) of the masked middle of tool results, inclusive:
+    masking is a rule over that span (see ``masked_at``), so planning it costs nothing per
+    message."""
     evicted: dict[str, str] = field(default_factory=dict)
     steps: list[StepName] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -130,12 +133,14 @@ class Work:
     min_cap: float = field(init=False)
     """No part at or below this many tokens can be evicted or truncated."""
     cap_key: int = field(init=False)
+    protected: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.messages = list(self.base)
-        self.tokens = [f.tokens for f in self.facts]
+        self.tokens = list(map(_TOKENS, self.facts))
         self.kept = [True] * len(self.base)
         policy = self.policy
+        self.protected = frozenset(policy.window.protected_tools)
         limits: list[float] = []
         for truncation in (policy.tool_output, policy.text):
             if truncation.limit:
@@ -170,14 +175,19 @@ class Work:
             cached_part_tokens(p, self.tokenizer) for p in self.notice.parts
         )
 
-    def exact_over(self, limit: int | None = None) -> bool:
+    def exact_over(self, limit: int | None = None, *, eager: bool = False) -> bool:
         """Whether the kept messages exceed ``limit`` once governed, materialising newest first.
 
         Stops at the first proof of excess, so a history far over budget costs only the
-        messages that fit.
+        messages that fit. Caps and masks only ever shrink a message, so when the known counts
+        already fit, that proves it without materialising anything — unless ``eager`` asks for
+        every kept message to be materialised on the way (a later drop must find them so).
         """
         limit = self.limit if limit is None else limit
         total = self.notice_tokens()
+        # Dropped positions count 0, so this is the kept messages' tokens, an upper bound.
+        if not eager and sum(self.tokens) + total <= limit:
+            return False
         for position in range(len(self.base) - 1, -1, -1):
             if self.kept[position]:
                 total += self.materialise(position)
@@ -210,7 +220,7 @@ class Work:
             return self.tokens[position]
         self.materialised.add(position)
         facts = self.facts[position]
-        masked = self.masked.get(position)
+        masked = self.masked_at(position)
         if not masked and facts.largest <= self.min_cap:
             return self.tokens[position]
         message = self.base[position]
@@ -220,12 +230,12 @@ class Work:
             position < self.turn_start,
             position == self.latest_prompt,
             self.exempt(position),
-            frozenset(masked) if masked else None,
+            masked,
         )
         values = message_cache(message)
         found: tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]] | None = values.get(key)
         if found is None:
-            found = self._governed(position, message, facts, masked or set())
+            found = self._governed(position, message, facts, masked or frozenset())
             values[key] = found
         governed, tokens, changes = found
         if changes:
@@ -238,7 +248,7 @@ class Work:
         return self.tokens[position]
 
     def _governed(
-        self, position: int, message: ModelMessage, facts: MessageFacts, masked: set[int]
+        self, position: int, message: ModelMessage, facts: MessageFacts, masked: frozenset[int]
     ) -> tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]]:
         changes: list[tuple[int, Transform]] = []
         for number, part in enumerate(message.parts):
@@ -259,6 +269,25 @@ class Work:
             parts[number] = transform.part
             counts[number] = transform.tokens
         return rebuilt(message, parts), MESSAGE_OVERHEAD + sum(counts), tuple(changes)
+
+    def masked_at(self, position: int) -> frozenset[int] | None:
+        """Part numbers of a position's tool results masking replaces; None for none.
+
+        Every ordinary output inside ``mask_span`` is masked, except in pinned or protected
+        messages and where governance already wrote the part (a placeholder, a preview).
+        """
+        span = self.mask_span
+        if span is None or not span[0] <= position <= span[2]:
+            return None
+        maskable = self.facts[position].maskable
+        if not maskable or self.exempt(position):
+            return None
+        if span[0] < position < span[2]:
+            return maskable
+        low = span[1] if position == span[0] else -1
+        high = span[3] if position == span[2] else len(self.base[position].parts)
+        chosen = frozenset(n for n in maskable if low <= n <= high)
+        return chosen or None
 
     def part_states(self, position: int) -> list[PartState]:
         """Fresh part states of a position as normalised (before caps and masks)."""
@@ -306,7 +335,7 @@ class Work:
         """Pinned messages and protected tools' messages are never altered."""
         if position in self.pinned_positions:
             return True
-        protected = self.policy.window.protected_tools
+        protected = self.protected
         return bool(protected) and not self.facts[position].tool_names.isdisjoint(protected)
 
     def _in_scope(self, position: int, scope: str) -> bool:
@@ -419,6 +448,32 @@ class Work:
         self.dropped_by[position] = step
         self.tokens[position] = 0
 
+    def drop_range(self, start: int, end: int, spared: Iterable[int], step: StepName) -> list[int]:
+        """Drop every kept position in ``[start, end)`` but ``spared``; the positions dropped.
+
+        The same as ``drop`` on each, with list slices instead of a Python loop: the window
+        drops thousands of messages from a long history on every call.
+        """
+        if end <= start:
+            return []
+        kept = self.kept[start:end]
+        held = [(p, kept[p - start]) for p in spared if start <= p < end]
+        for position, _ in held:
+            kept[position - start] = False
+        dropped = list(compress(range(start, end), kept))
+        # Spared positions keep their state; everything else in the range is now left out.
+        new_kept = [False] * (end - start)
+        new_tokens = [0] * (end - start)
+        for position, was_kept in held:
+            new_kept[position - start] = was_kept
+            new_tokens[position - start] = self.tokens[position]
+        self.kept[start:end] = new_kept
+        self.tokens[start:end] = new_tokens
+        self.dropped_by.update(dict.fromkeys(dropped, step))
+        return dropped
+
+
+_TOKENS = attrgetter("tokens")
 
 _CAP_KEYS: dict[tuple[Any, ...], int] = {}
 

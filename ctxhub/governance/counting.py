@@ -43,6 +43,9 @@ from .tokens import (
 
 Part = ModelRequestPart | ModelResponsePart
 
+MARK = "ctxhub"
+"""Metadata key on parts and messages governance wrote, so governing again leaves them be."""
+
 
 class IdentityCache:
     """Values attached to objects by identity, dropped when the object is garbage collected."""
@@ -154,6 +157,12 @@ class MessageFacts:
     """Part numbers of the ordinary tool outputs (not framework returns)."""
     aborted: bool = False
     """A turn-aborted marker: an interrupted request or a ``<turn_aborted>`` user prompt."""
+    maskable: frozenset[int] = frozenset()
+    """Part numbers of the ordinary tool outputs governance did not write itself."""
+    notice: bool = False
+    """A window notice governance wrote (see ``steps.window.notice_omitted``)."""
+    omitted: int = 0
+    """The number of messages that notice says were omitted."""
 
 
 def message_facts(
@@ -200,6 +209,8 @@ def _compute_facts(
         for p, count in zip(message.parts, counts, strict=True)
         if isinstance(p, SystemPromptPart)
     )
+    omitted = window_notice(message)
+    outputs = tuple(n for n, p in enumerate(message.parts) if type(p) is ToolReturnPart)
     return MessageFacts(
         request=True,
         tokens=tokens,
@@ -211,8 +222,27 @@ def _compute_facts(
         only_results=bool(message.parts) and len(results) == len(message.parts),
         aborted=is_turn_aborted(message),
         largest=max(counts, default=0),
-        outputs=tuple(n for n, p in enumerate(message.parts) if type(p) is ToolReturnPart),
+        outputs=outputs,
+        maskable=frozenset(n for n in outputs if not _written(message.parts[n])),
+        notice=omitted is not None,
+        omitted=omitted or 0,
     )
+
+
+def _written(part: Part) -> bool:
+    metadata = getattr(part, "metadata", None)
+    return isinstance(metadata, dict) and MARK in metadata
+
+
+def window_notice(message: ModelMessage) -> int | None:
+    """The omitted count of a window notice governance wrote; None for any other message."""
+    if not isinstance(message, ModelRequest) or not message.metadata:
+        return None
+    note = message.metadata.get(MARK)
+    if isinstance(note, dict) and note.get("notice") == "window":
+        omitted = note.get("omitted", 0)
+        return omitted if isinstance(omitted, int) else 0
+    return None
 
 
 ABORTED_PREFIXES = ("<turn_aborted>", "<turn-aborted>")

@@ -12,11 +12,14 @@ proportional shrink of the newest outputs — stopping as soon as it fits.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_json
 
@@ -25,13 +28,18 @@ from .counting import MessageFacts, message_facts
 from .policy import Policy
 from .report import ContextReport, MessageReport, PartReport, StepName, StepReport, Zone
 from .steps.drop_groups import drop_groups
-from .steps.mask import mask
-from .steps.normalize import Normalized, normalize
+from .steps.mask import mask, masked_count
+from .steps.normalize import Normalized, Pairing, normalize
 from .steps.shrink import shrink
 from .steps.window import notice_omitted, window
 from .tokens import Tokenizer, context_window, instructions_of, tokenizer_for
 
 ToolDefinitions = Sequence[ToolDefinition | Mapping[str, Any]]
+Detail = str | Callable[[], str]
+"""A step's detail for the report, or how to work it out when the report is built."""
+
+_SYSTEM_TOKENS = attrgetter("system_tokens")
+_TOKENS = attrgetter("tokens")
 
 
 def tool_definition_tokens(definitions: ToolDefinitions, tokenizer: Tokenizer) -> int:
@@ -62,7 +70,7 @@ class Governed:
         normalized: Normalized,
         inputs: list[ModelMessage],
         input_facts: list[MessageFacts],
-        steps: list[tuple[StepName, str]],
+        steps: list[tuple[StepName, Detail]],
     ) -> None:
         self.messages = messages
         """What to send to the model."""
@@ -112,12 +120,18 @@ def govern(
     policy = policy or Policy()
     tokenizer = tokenizer_for(model)
     token_ids: dict[int, tuple[str, list[int]]] = {}
-    input_facts = _facts(messages, tokenizer, token_ids)
+    prepared = _prepare(messages, tokenizer, token_ids)
+    input_facts = prepared.facts
 
     window_tokens = policy.context_window or context_window_tokens or context_window(model)
-    instructions_text = instructions if instructions is not None else instructions_of(messages)
+    if instructions is not None:
+        instructions_text: str | None = instructions
+    elif prepared.instructions_at is not None:
+        instructions_text = messages[prepared.instructions_at].instructions  # type: ignore[union-attr]
+    else:
+        instructions_text = None
     instructions_tokens = tokenizer.count(instructions_text) if instructions_text else 0
-    system_parts = sum(f.system_tokens for f in input_facts)
+    system_parts = sum(map(_SYSTEM_TOKENS, input_facts))
     tools = (
         tool_tokens
         if tool_tokens is not None
@@ -136,10 +150,14 @@ def govern(
         budget = min(budget, policy.history_cap_tokens)
     budget = max(budget, 0)
 
-    normalized = normalize(messages, input_facts, tokenizer, policy.dangling_call_text)
+    normalized = normalize(
+        messages, input_facts, tokenizer, policy.dangling_call_text, prepared.pairing
+    )
     turn_start, latest_prompt = _current_turn(normalized)
-    pinned_positions = frozenset(
-        p for p, i in enumerate(normalized.index) if i is not None and i in pinned
+    pinned_positions = (
+        frozenset(p for p, i in enumerate(normalized.index) if i is not None and i in pinned)
+        if pinned
+        else frozenset()
     )
     work = Work(
         policy=policy,
@@ -156,7 +174,7 @@ def govern(
         latest_prompt=latest_prompt,
         window_tokens=window_tokens,
     )
-    steps: list[tuple[StepName, str]] = []
+    steps: list[tuple[StepName, Detail]] = []
     if normalized.changed:
         synthesized = sum(o.count(None) for o in normalized.origins.values())
         orphans = sum(len(r) for r in normalized.removed.values())
@@ -167,11 +185,18 @@ def govern(
         steps.append(("truncate", ""))
     _budget_steps(work, steps)
     output = _assemble(work)
-    out_instructions = instructions if instructions is not None else instructions_of(output)
+    if instructions is not None:
+        out_instructions: str | None = instructions
+    elif instructions_text is None:
+        # No input message carries instructions, so no output message does.
+        out_instructions = None
+    else:
+        out_instructions = instructions_of(output)
     out_instr_tokens = tokenizer.count(out_instructions) if out_instructions else 0
-    out_facts = [message_facts(m, tokenizer) for m in output]
-    tokens_after = sum(f.tokens for f in out_facts) + out_instr_tokens
-    system_after = sum(f.system_tokens for f in out_facts) + out_instr_tokens
+    # Every kept position holds its governed message's count (a dropped one 0), and system
+    # prompt parts are never rewritten, so the output's totals need no pass over its messages.
+    tokens_after = sum(work.tokens) + work.notice_tokens() + out_instr_tokens
+    system_after = sum(compress(map(_SYSTEM_TOKENS, work.facts), work.kept)) + out_instr_tokens
     fits = tokens_after - system_after <= budget
     summary = {
         "model": model,
@@ -180,7 +205,7 @@ def govern(
         "tool_definition_tokens": tools,
         "safety_margin_tokens": margin,
         "budget_tokens": budget,
-        "tokens_before": sum(f.tokens for f in input_facts) + instructions_tokens,
+        "tokens_before": sum(map(_TOKENS, input_facts)) + instructions_tokens,
         "tokens_after": tokens_after,
         "fits": fits,
         "reason": None if fits else _reason(work, budget, system_parts, instructions_tokens),
@@ -190,18 +215,36 @@ def govern(
     )
 
 
-# The history governed last, per encoding, and its facts: an agent governs the same list plus
-# a message or two before every request, so the shared prefix is recognised by identity (one
-# C-level pass) instead of looking every message up again.
-_LAST: dict[str, tuple[list[ModelMessage], list[MessageFacts]]] = {}
+@dataclass(frozen=True)
+class _Prepared:
+    """What a left-to-right pass over a history knows, kept to extend on the next call."""
+
+    messages: list[ModelMessage]
+    parts: list[Sequence[Any]]
+    """Each message's parts list as seen, to notice a message edited in place."""
+    sizes: list[int]
+    facts: list[MessageFacts]
+    pairing: Pairing
+    instructions_at: int | None
+    """Index of the latest request carrying instructions."""
 
 
-def _facts(
+# The history governed last, per encoding: an agent governs the same list plus a message or two
+# before every request, so the shared prefix is recognised by identity (a few C-level passes)
+# and only the new messages are looked at. A history that is not an extension of it (shrunk,
+# reordered, a message replaced or its parts list changed) is prepared from scratch.
+_LAST: dict[str, _Prepared] = {}
+
+_PARTS = attrgetter("parts")
+
+
+def _prepare(
     messages: Sequence[ModelMessage],
     tokenizer: Tokenizer,
     token_ids: dict[int, tuple[str, list[int]]],
-) -> list[MessageFacts]:
-    """Facts of every message; long texts' token ids are kept for the newest few."""
+) -> _Prepared:
+    """Facts, pairing and the latest instructions of a history; long texts' token ids are kept
+    for the newest few."""
     room = [4_000_000]
 
     def sink(part: Any, text: str, ids: list[int]) -> None:
@@ -210,19 +253,34 @@ def _facts(
             token_ids[id(part)] = (text, ids)
             room[0] -= len(ids)
 
-    known = 0
+    parts = list(map(_PARTS, messages))
+    sizes = list(map(len, parts))
     previous = _LAST.get(tokenizer.encoding_name)
+    known = 0
     if previous is not None:
-        before = previous[0]
-        if len(before) <= len(messages) and all(map(operator.is_, before, messages)):
-            known = len(before)
+        size = len(previous.messages)
+        if (
+            size <= len(messages)
+            and all(map(operator.is_, previous.messages, messages))
+            and all(map(operator.is_, previous.parts, parts))
+            and previous.sizes == sizes[:size]
+        ):
+            known = size
     facts: list[MessageFacts] = [None] * len(messages)  # type: ignore[list-item]
     if known:
-        facts[:known] = previous[1]  # type: ignore[index]
+        assert previous is not None
+        facts[:known] = previous.facts
     for position in range(len(messages) - 1, known - 1, -1):
         facts[position] = message_facts(messages[position], tokenizer, sink)
-    _LAST[tokenizer.encoding_name] = (list(messages), facts)
-    return facts
+    instructions_at = previous.instructions_at if known and previous is not None else None
+    for position in range(known, len(messages)):
+        message = messages[position]
+        if isinstance(message, ModelRequest) and message.instructions is not None:
+            instructions_at = position
+    pairing = (previous.pairing if known and previous is not None else Pairing()).extended(facts)
+    prepared = _Prepared(list(messages), parts, sizes, facts, pairing, instructions_at)
+    _LAST[tokenizer.encoding_name] = prepared
+    return prepared
 
 
 def _current_turn(normalized: Normalized) -> tuple[int, int | None]:
@@ -248,11 +306,12 @@ def _current_turn(normalized: Normalized) -> tuple[int, int | None]:
     return 0, None
 
 
-def _budget_steps(work: Work, steps: list[tuple[StepName, str]]) -> None:
+def _budget_steps(work: Work, steps: list[tuple[StepName, Detail]]) -> None:
     policy = work.policy
     if policy.masking.enabled and (policy.masking.apply == "always" or work.exact_over()):
-        masked = mask(work)
-        steps.append(("mask", f"{masked} results masked"))
+        mask(work)
+        # Counting the masked results walks the masked span: left to the report.
+        steps.append(("mask", lambda: f"{masked_count(work)} results masked"))
     omitted = window(work)
     if omitted is not None:
         steps.append(("window", f"{omitted} messages omitted"))
@@ -265,15 +324,15 @@ def _budget_steps(work: Work, steps: list[tuple[StepName, str]]) -> None:
 
 
 def _assemble(work: Work) -> list[ModelMessage]:
-    output: list[ModelMessage] = []
-    for position in range(len(work.base)):
-        if position == work.notice_before and work.notice is not None:
-            output.append(work.notice)
-        if work.kept[position]:
+    kept = work.kept
+    positions = list(compress(range(len(work.base)), kept))
+    if not work.materialised.issuperset(positions):
+        for position in positions:
             work.materialise(position)
-            output.append(work.messages[position])
-    if work.notice is not None and work.notice_before is None:
-        output.append(work.notice)
+    output = list(compress(work.messages, kept))
+    if work.notice is not None:
+        at = len(output) if work.notice_before is None else sum(kept[: work.notice_before])
+        output.insert(at, work.notice)
     return output
 
 
@@ -394,7 +453,7 @@ def _build_report(governed: Governed) -> ContextReport:
             step=name,
             parts=tally.totals.get(name, [0, 0])[0],
             tokens_removed=tally.totals.get(name, [0, 0])[1],
-            detail=detail,
+            detail=detail if isinstance(detail, str) else detail(),
         )
         for name, detail in governed._steps
     ]

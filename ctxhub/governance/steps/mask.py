@@ -7,7 +7,7 @@ results governance already replaced (placeholders, previews) are left as they ar
 
 from __future__ import annotations
 
-from .._work import Transform, Work, marked, plain_output, with_content
+from .._work import Transform, Work, plain_output, with_content
 from ..counting import Part, cached_part_tokens, part_cache
 from ..tokens import Tokenizer
 
@@ -30,23 +30,46 @@ def placeholder(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | No
     return result
 
 
-def mask(work: Work) -> int:
-    """Plan masking of the middle tool results; the number of results masked."""
+def _results(work: Work, wanted: int, *, backward: bool) -> list[tuple[int, int]]:
+    """The first (or last) ``wanted`` tool results of kept messages, from that end inwards."""
+    found: list[tuple[int, int]] = []
+    facts, kept = work.facts, work.kept
+    size = len(facts)
+    for position in range(size - 1, -1, -1) if backward else range(size):
+        outputs = facts[position].outputs
+        if outputs and kept[position]:
+            for number in reversed(outputs) if backward else outputs:
+                found.append((position, number))
+                if len(found) == wanted:
+                    return found
+    return found
+
+
+def mask(work: Work) -> None:
+    """Plan masking of the middle tool results (all but the first N and last M).
+
+    Only the two ends of the middle are found, walking in from either end of the history; the
+    middle itself is a span every later step reads through ``Work.masked_at``, so masking costs
+    the same on a history of 100 messages as on one of 20,000.
+    """
     policy = work.policy.masking
-    kept = work.kept
-    results = [
-        (position, number)
-        for position, fact in enumerate(work.facts)
-        if fact.outputs and kept[position]
-        for number in fact.outputs
-    ]
-    middle = results[policy.keep_first : max(policy.keep_first, len(results) - policy.keep_last)]
-    count = 0
-    for position, number in middle:
-        part = work.base[position].parts[number]
-        if marked(part) or work.exempt(position):
-            continue
-        work.masked.setdefault(position, set()).add(number)
-        work.invalidate(position)
-        count += 1
-    return count
+    first = _results(work, policy.keep_first + 1, backward=False)
+    last = _results(work, policy.keep_last + 1, backward=True)
+    if len(first) <= policy.keep_first or len(last) <= policy.keep_last:
+        return
+    low, high = first[policy.keep_first], last[policy.keep_last]
+    if low > high:
+        return
+    work.mask_span = (*low, *high)
+    # Versions governed before masking was planned (the budget check) must be rebuilt masked.
+    for position in sorted(work.materialised):
+        if work.masked_at(position):
+            work.invalidate(position)
+
+
+def masked_count(work: Work) -> int:
+    """The number of results masking replaced (for the report; it walks the masked span)."""
+    span = work.mask_span
+    if span is None:
+        return 0
+    return sum(len(work.masked_at(p) or ()) for p in range(span[0], span[2] + 1))

@@ -17,7 +17,7 @@ are left alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic_ai.messages import (
     SYNTHESIZED_TOOL_RETURN_METADATA_KEY,
@@ -58,35 +58,60 @@ class Normalized:
     changed: bool
 
 
-def _pairing(
-    facts: Sequence[MessageFacts],
-) -> tuple[dict[int, list[str]], dict[int, set[int]]]:
-    """Dangling call ids by response index, and orphan result positions by request index."""
-    open_calls: dict[str, list[int]] = {}
-    dangling: dict[int, list[str]] = {}
-    orphans: dict[int, set[int]] = {}
-    for position, fact in enumerate(facts):
-        if not fact.request:
-            for call_id in fact.call_ids:
-                earlier = open_calls.get(call_id)
-                if earlier:
-                    # A reused id: the older open call can no longer be answered.
-                    for response in earlier:
-                        dangling.setdefault(response, []).append(call_id)
-                open_calls[call_id] = [position]
-        elif fact.result_ids:
-            for number, call_id in enumerate(fact.result_ids):
-                waiting = open_calls.get(call_id)
-                if waiting:
-                    waiting.pop(0)
-                    if not waiting:
-                        del open_calls[call_id]
-                else:
-                    orphans.setdefault(position, set()).add(number)
-    for call_id, responses in open_calls.items():
-        for response in responses:
-            dangling.setdefault(response, []).append(call_id)
-    return dangling, orphans
+@dataclass(frozen=True)
+class Pairing:
+    """Tool-call pairing of a history prefix: what a left-to-right pass knows at its end.
+
+    A history that grows by appending extends the pass from where it stopped (``extended``)
+    instead of walking every message again; the outcome is the same as one pass over the whole.
+    Instances are never changed: ``extended`` copies what it updates.
+    """
+
+    length: int = 0
+    """How many messages the pass has seen."""
+    open_calls: dict[str, list[int]] = field(default_factory=dict)
+    """Call id → the response still waiting for its result."""
+    reused: dict[int, list[str]] = field(default_factory=dict)
+    """Response index → call ids made dangling because a later call reused the id."""
+    orphans: dict[int, set[int]] = field(default_factory=dict)
+    """Request index → numbers (among its results) of results with no open call."""
+
+    def extended(self, facts: Sequence[MessageFacts]) -> Pairing:
+        """The pairing after also seeing ``facts[self.length:]``."""
+        if len(facts) == self.length:
+            return self
+        open_calls = {call_id: list(waiting) for call_id, waiting in self.open_calls.items()}
+        reused = {response: list(ids) for response, ids in self.reused.items()}
+        # Entries of requests already seen never change, so they are shared.
+        orphans = dict(self.orphans)
+        for position in range(self.length, len(facts)):
+            fact = facts[position]
+            if not fact.request:
+                for call_id in fact.call_ids:
+                    earlier = open_calls.get(call_id)
+                    if earlier:
+                        # A reused id: the older open call can no longer be answered.
+                        for response in earlier:
+                            reused.setdefault(response, []).append(call_id)
+                    open_calls[call_id] = [position]
+            elif fact.result_ids:
+                for number, call_id in enumerate(fact.result_ids):
+                    waiting = open_calls.get(call_id)
+                    if waiting:
+                        waiting.pop(0)
+                        if not waiting:
+                            del open_calls[call_id]
+                    else:
+                        orphans.setdefault(position, set()).add(number)
+        return Pairing(len(facts), open_calls, reused, orphans)
+
+    def outcome(self) -> tuple[dict[int, list[str]], dict[int, set[int]]]:
+        """Dangling call ids by response index, and orphan result numbers by request index."""
+        dangling = {response: list(ids) for response, ids in self.reused.items()}
+        for call_id, responses in self.open_calls.items():
+            for response in responses:
+                dangling.setdefault(response, []).append(call_id)
+        return dangling, self.orphans
 
 
 def normalize(
@@ -94,9 +119,16 @@ def normalize(
     facts: Sequence[MessageFacts],
     tokenizer: Tokenizer,
     dangling_text: str,
+    pairing: Pairing | None = None,
 ) -> Normalized:
-    """Repair tool-call pairing; cheap when nothing needs repair (the common case)."""
-    dangling, orphans = _pairing(facts)
+    """Repair tool-call pairing; cheap when nothing needs repair (the common case).
+
+    ``pairing`` is the pairing of ``facts`` if the caller carried it over from a shorter
+    history (see ``Pairing.extended``); without it, it is computed here.
+    """
+    if pairing is None or pairing.length != len(facts):
+        pairing = Pairing().extended(facts)
+    dangling, orphans = pairing.outcome()
     if not dangling and not orphans:
         return Normalized(
             list(messages), list(facts), list(range(len(messages))), {}, {}, [], False
@@ -118,8 +150,19 @@ def normalize(
             index.append(None)
             pending.clear()
 
-    last = len(messages) - 1
-    for position, message in enumerate(messages):
+    size = len(messages)
+    last = size - 1
+    # Only a dangling response, the message after it and a request with orphans can change;
+    # the runs of messages between them are copied whole (no pending results cross a run).
+    sites = sorted({*dangling, *(r + 1 for r in dangling if r + 1 < size), *orphans})
+    copied = 0
+    for position in sites:
+        if position > copied:
+            out.extend(messages[copied:position])
+            out_facts.extend(facts[copied:position])
+            index.extend(range(copied, position))
+        copied = position + 1
+        message = messages[position]
         if isinstance(message, ModelResponse):
             flush_pending()
             out.append(message)
@@ -159,6 +202,10 @@ def normalize(
             out.append(message)
             out_facts.append(facts[position])
         index.append(position)
+    if copied < size:
+        out.extend(messages[copied:])
+        out_facts.extend(facts[copied:])
+        index.extend(range(copied, size))
     flush_pending()
     return Normalized(out, out_facts, index, origins, removed, dropped, True)
 

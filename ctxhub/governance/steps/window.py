@@ -17,23 +17,25 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from datetime import UTC, datetime
+from itertools import chain, compress
+from operator import attrgetter, not_
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
 from .._work import MARK, Work
-from ..counting import message_facts
+from ..counting import message_facts, window_notice
+
+_SYSTEM_TOKENS = attrgetter("system_tokens")
+_TOOL_NAMES = attrgetter("tool_names")
+_ABORTED = attrgetter("aborted")
+_NOTICE = attrgetter("notice")
 
 
 def notice_omitted(message: ModelMessage) -> int | None:
     """The omitted count of a window notice governance wrote; None for any other message."""
-    if not isinstance(message, ModelRequest) or not message.metadata:
-        return None
-    note = message.metadata.get(MARK)
-    if isinstance(note, dict) and note.get("notice") == "window":
-        omitted = note.get("omitted", 0)
-        return omitted if isinstance(omitted, int) else 0
-    return None
+    return window_notice(message)
 
 
 def _timestamp(message: ModelMessage) -> datetime:
@@ -89,19 +91,29 @@ def _close_head(work: Work, end: int) -> int:
 def sticky_positions(work: Work) -> set[int]:
     """Positions kept whatever the window, closed over their tool-call partners."""
     policy = work.policy.window
+    facts = work.facts
+    everywhere = range(len(facts))
+    # Each scan below is a C-level pass over the facts: this runs on every call.
     sticky = set(work.pinned_positions)
-    protected = set(policy.protected_tools)
-    latest_protected: dict[str, int] = {}
-    for position, fact in enumerate(work.facts):
-        if fact.system_tokens:
-            sticky.add(position)
-        if protected and not fact.request and not fact.tool_names.isdisjoint(protected):
-            for name in fact.tool_names & protected:
-                latest_protected[name] = position
-        if policy.keep_turn_aborted and fact.aborted:
-            sticky.add(position)
-    sticky.update(latest_protected.values())
+    sticky.update(compress(everywhere, map(_SYSTEM_TOKENS, facts)))
+    protected = frozenset(policy.protected_tools)
+    if protected:
+        latest_protected: dict[str, int] = {}
+        touching = map(not_, map(protected.isdisjoint, map(_TOOL_NAMES, facts)))
+        for position in compress(everywhere, touching):
+            fact = facts[position]
+            if not fact.request:
+                for name in fact.tool_names & protected:
+                    latest_protected[name] = position
+        sticky.update(latest_protected.values())
+    if policy.keep_turn_aborted:
+        sticky.update(compress(everywhere, map(_ABORTED, facts)))
     return _close_over_pairs(work, sticky)
+
+
+def notice_positions(work: Work) -> list[int]:
+    """Positions of window notices from earlier governance passes."""
+    return list(compress(range(len(work.facts)), map(_NOTICE, work.facts)))
 
 
 def _close_over_pairs(work: Work, positions: set[int]) -> set[int]:
@@ -134,10 +146,13 @@ def _close_over_pairs(work: Work, positions: set[int]) -> set[int]:
 
 def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
     """Whether the history is over budget or any trigger fires."""
-    if work.exact_over():
+    triggers = work.policy.window.triggers
+    # With triggers a fitting history may still be windowed, and the messages it drops must
+    # have been governed first, as they are when nothing fires.
+    if work.exact_over(eager=bool(triggers)):
         return True
     window_tokens = work.window_tokens
-    for trigger in work.policy.window.triggers:
+    for trigger in triggers:
         kind, value = trigger.resolve(window_tokens)
         if kind == "messages":
             movable = sum(
@@ -150,6 +165,11 @@ def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
         elif work.exact_over(value):
             return True
     return False
+
+
+def _among(ordered: list[int], value: int) -> bool:
+    at = bisect_left(ordered, value)
+    return at < len(ordered) and ordered[at] == value
 
 
 def window(work: Work) -> int | None:
@@ -165,14 +185,15 @@ def window(work: Work) -> int | None:
         return None
 
     start = work.turn_start
+    size = len(work.base)
+    middle_sticky = sorted(p for p in sticky if head_end < p < start)
     fixed = sum(
         work.materialise(p)
-        for p in range(len(work.base))
-        if work.kept[p] and (p <= head_end or p >= start or p in sticky)
+        for p in chain(range(head_end + 1), middle_sticky, range(start, size))
+        if work.kept[p]
     )
-    previous = sum(
-        notice_omitted(work.base[p]) or 0 for p in range(head_end + 1, start) if p not in sticky
-    )
+    notices = [p for p in notice_positions(work) if head_end < p < start and p not in sticky]
+    previous = sum(work.facts[p].omitted for p in notices)
     # Reserve room for the notice at its largest (every middle message omitted).
     worst = build_notice(work, previous + start, work.base[start])
     available = work.limit - fixed - message_facts(worst, work.tokenizer).tokens
@@ -188,7 +209,7 @@ def window(work: Work) -> int | None:
 
     taken = 0
     # A message keep counts the whole tail, the current turn included.
-    count = sum(1 for p in range(start, len(work.base)) if work.kept[p])
+    count = sum(work.kept[start:])
     # Results in the kept turn whose calls come before it: the cut must go below those calls.
     open_results: set[str] = set()
     calls_in_turn: set[str] = set()
@@ -208,22 +229,17 @@ def window(work: Work) -> int | None:
         if not open_results:
             cut = position
 
-    omitted = previous
-    first_dropped: int | None = None
-    for position in range(head_end + 1, cut):
-        if position in sticky or not work.kept[position]:
-            continue
-        if notice_omitted(work.base[position]) is None:
-            omitted += 1
-        if first_dropped is None:
-            first_dropped = position
-        work.drop(position, "window")
+    dropped = work.drop_range(head_end + 1, cut, middle_sticky, "window")
     work.tail_start = cut
-    if first_dropped is None:
+    if not dropped:
         return 0
+    # Earlier notices are folded into the new one, not counted as omitted messages.
+    omitted = previous + len(dropped) - sum(1 for p in notices if _among(dropped, p))
+    first_dropped = dropped[0]
     work.notice = build_notice(work, omitted, work.base[cut - 1])
     work.notice_omitted = omitted
-    work.notice_before = next(
-        (p for p in range(first_dropped, len(work.base)) if work.kept[p]), None
-    )
+    try:
+        work.notice_before = work.kept.index(True, first_dropped)
+    except ValueError:
+        work.notice_before = None
     return omitted

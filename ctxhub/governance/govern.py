@@ -229,11 +229,26 @@ class _Prepared:
     """Index of the latest request carrying instructions."""
 
 
-# The history governed last, per encoding: an agent governs the same list plus a message or two
-# before every request, so the shared prefix is recognised by identity (a few C-level passes)
-# and only the new messages are looked at. A history that is not an extension of it (shrunk,
-# reordered, a message replaced or its parts list changed) is prepared from scratch.
-_LAST: dict[str, _Prepared] = {}
+# The histories governed last, per encoding, most recent first: an agent governs the same list
+# plus a message or two before every request, so the shared prefix is recognised by identity (a
+# few C-level passes) and only the new messages are looked at. A process serving several
+# sessions alternates between them, hence a few entries. A history that extends none of them
+# (shrunk, reordered, a message replaced or its parts list changed) is prepared from scratch.
+_LAST: dict[str, list[_Prepared]] = {}
+_KEEP_LAST = 8
+
+
+def _extends(previous: _Prepared, messages: Sequence[ModelMessage], parts: list[Any]) -> bool:
+    """Whether ``messages`` (with these parts lists) begins with ``previous``'s history."""
+    size = len(previous.messages)
+    return (
+        size <= len(messages)
+        and (size == 0 or previous.messages[-1] is messages[size - 1])
+        and all(map(operator.is_, previous.messages, messages))
+        and all(map(operator.is_, previous.parts, parts))
+        and previous.sizes == list(map(len, parts[:size]))
+    )
+
 
 _PARTS = attrgetter("parts")
 
@@ -254,18 +269,14 @@ def _prepare(
             room[0] -= len(ids)
 
     parts = list(map(_PARTS, messages))
-    sizes = list(map(len, parts))
-    previous = _LAST.get(tokenizer.encoding_name)
-    known = 0
-    if previous is not None:
-        size = len(previous.messages)
-        if (
-            size <= len(messages)
-            and all(map(operator.is_, previous.messages, messages))
-            and all(map(operator.is_, previous.parts, parts))
-            and previous.sizes == sizes[:size]
+    recent = _LAST.setdefault(tokenizer.encoding_name, [])
+    previous: _Prepared | None = None
+    for candidate in recent:
+        if _extends(candidate, messages, parts) and (
+            previous is None or len(candidate.messages) > len(previous.messages)
         ):
-            known = size
+            previous = candidate
+    known = len(previous.messages) if previous is not None else 0
     facts: list[MessageFacts] = [None] * len(messages)  # type: ignore[list-item]
     if known:
         assert previous is not None
@@ -278,8 +289,11 @@ def _prepare(
         if isinstance(message, ModelRequest) and message.instructions is not None:
             instructions_at = position
     pairing = (previous.pairing if known and previous is not None else Pairing()).extended(facts)
-    prepared = _Prepared(list(messages), parts, sizes, facts, pairing, instructions_at)
-    _LAST[tokenizer.encoding_name] = prepared
+    prepared = _Prepared(
+        list(messages), parts, list(map(len, parts)), facts, pairing, instructions_at
+    )
+    # The history extended is superseded by this one; the others stay, newest first.
+    recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]
     return prepared
 
 

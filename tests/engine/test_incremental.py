@@ -1,0 +1,174 @@
+"""What ``govern`` carries from one call to the next never changes its answer.
+
+An agent governs the same history plus a message or two before every request, so ``govern``
+extends what it learnt about the previous history (facts, tool-call pairing, instructions)
+instead of reading every message again. These tests grow histories by random appends, with
+shrinks, edits and reorders in between, and compare every warm call with a cold one on a deep
+copy (new objects: no cache keyed by identity and no carried state can apply to it).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+from engine_builders import MODEL, T0
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
+from test_properties import histories, policies
+
+from ctxhub.governance import Governed, Policy, govern
+from ctxhub.governance.steps.normalize import Pairing
+
+OPERATIONS = (
+    "append",
+    "append",
+    "append",
+    "append_many",
+    "instructions",
+    "shrink",
+    "edit",
+    "swap",
+    "parts",
+)
+
+
+@contextmanager
+def _carried_lengths() -> Iterator[list[int]]:
+    """How many messages the pairing each ``govern`` call started from had already seen."""
+    seen: list[int] = []
+    extended = Pairing.extended
+
+    def spy(self: Pairing, facts: Sequence[Any]) -> Pairing:
+        seen.append(self.length)
+        return extended(self, facts)
+
+    with mock.patch.object(Pairing, "extended", spy):
+        yield seen
+
+
+def _same(warm: Governed, cold: Governed) -> None:
+    assert warm.messages == cold.messages
+    assert warm.report.model_dump() == cold.report.model_dump()
+    assert list(warm.evicted.items()) == list(cold.evicted.items())
+    assert (warm.fits, warm.tokens_before, warm.tokens_after) == (
+        cold.fits,
+        cold.tokens_before,
+        cold.tokens_after,
+    )
+
+
+def _edited(message: ModelMessage) -> ModelMessage:
+    """A copy of a message with its first part's text changed (a new object)."""
+    if isinstance(message, ModelRequest):
+        return dataclasses.replace(
+            message, parts=[*message.parts, UserPromptPart("an edit", timestamp=T0)]
+        )
+    assert isinstance(message, ModelResponse)
+    return dataclasses.replace(message, parts=list(message.parts)[:-1] or list(message.parts))
+
+
+def _step(
+    history: list[ModelMessage], pool: list[ModelMessage], operation: str, data: st.DataObject
+) -> tuple[list[ModelMessage], bool]:
+    """The history after one operation, and whether it only appended."""
+    if operation == "append" and pool:
+        return [*history, pool.pop(0)], True
+    if operation == "append_many" and pool:
+        count = data.draw(st.integers(1, 4))
+        added, pool[:] = pool[:count], pool[count:]
+        return [*history, *added], True
+    if operation == "instructions":
+        text = data.draw(st.sampled_from(["Be brief.", "Answer in French. " * 40]))
+        request = ModelRequest(parts=[UserPromptPart("and now?", timestamp=T0)], instructions=text)
+        return [*history, request], True
+    if operation == "shrink" and len(history) > 1:
+        return history[: data.draw(st.integers(1, len(history) - 1))], False
+    if operation == "edit" and history:
+        at = data.draw(st.integers(0, len(history) - 1))
+        return [*history[:at], _edited(history[at]), *history[at + 1 :]], False
+    if operation == "swap" and len(history) > 1:
+        i, j = data.draw(st.lists(st.integers(0, len(history) - 1), min_size=2, max_size=2))
+        changed = list(history)
+        changed[i], changed[j] = changed[j], changed[i]
+        return changed, False
+    if operation == "parts" and history:
+        # The same message object, its parts list replaced in place by one as long.
+        at = data.draw(st.integers(0, len(history) - 1))
+        message = history[at]
+        last: Any = (
+            UserPromptPart("replaced " * 30, timestamp=T0)
+            if isinstance(message, ModelRequest)
+            else TextPart("replaced " * 30)
+        )
+        message.parts = [*message.parts[:-1], last] if message.parts else []
+        return list(history), False
+    return list(history), False
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=histories(), policy=policies(), data=st.data())
+def test_a_growing_history_governs_as_a_cold_one(
+    stream: list[ModelMessage], policy: Policy, data: st.DataObject
+) -> None:
+    start = data.draw(st.integers(0, len(stream)))
+    history, pool = stream[:start], stream[start:]
+    operations = data.draw(st.lists(st.sampled_from(OPERATIONS), min_size=1, max_size=12))
+    previous: list[ModelMessage] | None = None
+    for operation in operations:
+        if previous is not None:
+            history, appended = _step(history, pool, operation, data)
+        else:
+            appended = False
+        pins = frozenset(data.draw(st.sets(st.integers(0, max(len(history) - 1, 0)), max_size=1)))
+        pins = pins if history else frozenset()
+        with _carried_lengths() as seen:
+            warm = govern(history, policy, model=MODEL, pinned=pins)
+        if appended and previous is not None:
+            # The call extended the previous history instead of starting over.
+            assert seen == [len(previous)]
+        snapshot = copy.deepcopy(history)
+        cold = govern(snapshot, policy, model=MODEL, pinned=pins)
+        _same(warm, cold)
+        previous = history
+
+
+def test_governing_again_after_a_cold_copy_still_extends() -> None:
+    # Several histories are remembered, so governing another session in between (here a copy)
+    # does not throw away what was learnt about this one.
+    policy = Policy(context_window=4_000, reserved_output_tokens=0)
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
+    ]
+    govern(history, policy, model=MODEL)
+    govern(copy.deepcopy(history), policy, model=MODEL)
+    history = [*history, ModelRequest(parts=[UserPromptPart("one more", timestamp=T0)])]
+    with _carried_lengths() as seen:
+        warm = govern(history, policy, model=MODEL)
+    assert seen == [30]
+    _same(warm, govern(copy.deepcopy(history), policy, model=MODEL))
+
+
+def test_an_edited_message_in_place_is_not_served_stale() -> None:
+    policy = Policy(context_window=4_000, reserved_output_tokens=0)
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
+    ]
+    before = govern(history, policy, model=MODEL)
+    history[3].parts.append(UserPromptPart("grown " * 400, timestamp=T0))
+    with _carried_lengths() as seen:
+        after = govern(history, policy, model=MODEL)
+    assert seen == [0]
+    assert after.tokens_before > before.tokens_before
+    _same(after, govern(copy.deepcopy(history), policy, model=MODEL))

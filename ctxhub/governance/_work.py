@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import compress
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import and_, attrgetter, ge, is_
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -92,6 +92,27 @@ def tool_output_text(part: ToolReturnPart[Any]) -> str | None:
     return part.content if isinstance(part.content, str) else as_text(part.content)
 
 
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """What one ``govern`` call governed, for the next call on the same history grown.
+
+    Positions strictly inside the masked span and before the current turn are governed the same
+    way on every call (every output masked, nothing else depending on where the history ends),
+    so the next call can take their governed versions as they are when the message at the
+    position is the same object and the settings that decide a governed version are equal.
+    """
+
+    base: list[ModelMessage]
+    messages: list[ModelMessage]
+    tokens: list[int]
+    """Governed tokens of each position; -1 where the call did not govern it."""
+    changes: dict[int, tuple[tuple[int, Transform], ...]]
+    span: tuple[int, int, int, int]
+    turn_start: int
+    settings: tuple[int, frozenset[int]]
+    """The part-cap settings key and the pinned positions."""
+
+
 @dataclass
 class Work:
     """Mutable state of one governance run; the input messages are never touched."""
@@ -134,11 +155,16 @@ class Work:
     """No part at or below this many tokens can be evicted or truncated."""
     cap_key: int = field(init=False)
     protected: frozenset[str] = field(init=False)
+    carried: Carry | None = None
+    """The previous call's governed versions, offered for reuse (see ``Carry``)."""
+    governed_tokens: list[int] = field(init=False)
+    """Tokens of each position as materialised (before any drop); -1 where not yet."""
 
     def __post_init__(self) -> None:
         self.messages = list(self.base)
         self.tokens = list(map(_TOKENS, self.facts))
         self.kept = [True] * len(self.base)
+        self.governed_tokens = [-1] * len(self.base)
         policy = self.policy
         self.protected = frozenset(policy.window.protected_tools)
         limits: list[float] = []
@@ -209,6 +235,7 @@ class Work:
             self.tokens[position] = self.facts[position].tokens
             self.states.pop(position, None)
             self.changes.pop(position, None)
+            self.governed_tokens[position] = -1
 
     def materialise(self, position: int) -> int:
         """Apply planned caps and masks to one position; its governed tokens.
@@ -222,6 +249,7 @@ class Work:
         facts = self.facts[position]
         masked = self.masked_at(position)
         if not masked and facts.largest <= self.min_cap:
+            self.governed_tokens[position] = self.tokens[position]
             return self.tokens[position]
         message = self.base[position]
         key = (
@@ -245,7 +273,63 @@ class Work:
             for _, transform in changes:
                 if transform.evicted is not None and transform.ref is not None:
                     self.evicted[transform.ref] = transform.evicted
+        self.governed_tokens[position] = self.tokens[position]
         return self.tokens[position]
+
+    def carry(self) -> Carry | None:
+        """This call's governed versions for the next call, when masking planned a span."""
+        if self.mask_span is None:
+            return None
+        return Carry(
+            self.base,
+            self.messages,
+            self.governed_tokens,
+            self.changes,
+            self.mask_span,
+            self.turn_start,
+            (self.cap_key, self.pinned_positions),
+        )
+
+    def seed(self) -> None:
+        """Take the governed versions the previous call made that are still valid (see
+        ``Carry``); called once masking has planned its span, before anything is dropped."""
+        carried, span = self.carried, self.mask_span
+        if carried is None or span is None:
+            return
+        if carried.settings != (self.cap_key, self.pinned_positions):
+            return
+        start = max(span[0], carried.span[0]) + 1
+        end = min(
+            span[2],
+            carried.span[2],
+            self.turn_start,
+            carried.turn_start,
+            len(self.base),
+            len(carried.base),
+        )
+        if end <= start:
+            return
+        same = map(is_, self.base[start:end], carried.base[start:end])
+        known = map(ge, carried.tokens[start:end], repeat(0))
+        usable = list(map(and_, same, known))
+        positions = list(compress(range(start, end), usable))
+        # A position this call already governed (the budget check) has no masked result (or
+        # masking would have invalidated it), so its governed version is the carried one too.
+        if not positions:
+            return
+        if len(positions) == end - start:
+            self.messages[start:end] = carried.messages[start:end]
+            self.tokens[start:end] = carried.tokens[start:end]
+            self.governed_tokens[start:end] = carried.tokens[start:end]
+        else:
+            for position in positions:
+                self.messages[position] = carried.messages[position]
+                self.tokens[position] = carried.tokens[position]
+                self.governed_tokens[position] = carried.tokens[position]
+        self.changes.update(
+            zip(positions, map(carried.changes.get, positions, repeat(())), strict=True)
+        )
+        self.materialised.update(positions)
 
     def _governed(
         self, position: int, message: ModelMessage, facts: MessageFacts, masked: frozenset[int]

@@ -23,7 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_json
 
-from ._work import PartState, Work
+from ._work import Carry, PartState, Work
 from .counting import MessageFacts, message_facts
 from .policy import Policy
 from .report import ContextReport, MessageReport, PartReport, StepName, StepReport, Zone
@@ -173,7 +173,9 @@ def govern(
         turn_start=turn_start,
         latest_prompt=latest_prompt,
         window_tokens=window_tokens,
+        carried=prepared.extends.carry if prepared.extends is not None else None,
     )
+    prepared.extends = None
     steps: list[tuple[StepName, Detail]] = []
     if normalized.changed:
         synthesized = sum(o.count(None) for o in normalized.origins.values())
@@ -185,6 +187,7 @@ def govern(
         steps.append(("truncate", ""))
     _budget_steps(work, steps)
     output = _assemble(work)
+    prepared.carry = work.carry()
     if instructions is not None:
         out_instructions: str | None = instructions
     elif instructions_text is None:
@@ -215,7 +218,7 @@ def govern(
     )
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Prepared:
     """What a left-to-right pass over a history knows, kept to extend on the next call."""
 
@@ -227,6 +230,10 @@ class _Prepared:
     pairing: Pairing
     instructions_at: int | None
     """Index of the latest request carrying instructions."""
+    carry: Carry | None = None
+    """What the last call on this history governed, for the next call to reuse."""
+    extends: _Prepared | None = None
+    """The remembered history this one extends (only until this one's call is done)."""
 
 
 # The histories governed last, per encoding, most recent first: an agent governs the same list
@@ -290,7 +297,14 @@ def _prepare(
             instructions_at = position
     pairing = (previous.pairing if known and previous is not None else Pairing()).extended(facts)
     prepared = _Prepared(
-        list(messages), parts, list(map(len, parts)), facts, pairing, instructions_at
+        list(messages),
+        parts,
+        list(map(len, parts)),
+        facts,
+        pairing,
+        instructions_at,
+        None,
+        previous,
     )
     # The history extended is superseded by this one; the others stay, newest first.
     recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]

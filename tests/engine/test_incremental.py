@@ -24,6 +24,8 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     TextPart,
+    ToolCallPart,
+    ToolReturnPart,
     UserPromptPart,
 )
 from test_properties import histories, policies
@@ -172,3 +174,59 @@ def test_an_edited_message_in_place_is_not_served_stale() -> None:
     assert seen == [0]
     assert after.tokens_before > before.tokens_before
     _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
+
+
+def _parallel_session(turns: int) -> list[ModelMessage]:
+    """Turns of a user request, two rounds of two parallel calls each (after long thoughts),
+    and a long answer."""
+    history: list[ModelMessage] = []
+    for turn in range(turns):
+        history.append(ModelRequest(parts=[UserPromptPart(f"task {turn}", timestamp=T0)]))
+        for round_ in range(2):
+            ids = [f"t{turn}r{round_}c{n}" for n in range(2)]
+            history.append(
+                ModelResponse(
+                    parts=[
+                        TextPart(f"thinking about {turn} " * 300),
+                        *(
+                            ToolCallPart("read", {"n": n}, tool_call_id=i)
+                            for n, i in enumerate(ids)
+                        ),
+                    ],
+                    timestamp=T0,
+                )
+            )
+            history.append(
+                ModelRequest(
+                    parts=[
+                        ToolReturnPart(
+                            "read", f"line {turn} {n}\n" * 200, tool_call_id=i, timestamp=T0
+                        )
+                        for n, i in enumerate(ids)
+                    ]
+                )
+            )
+        history.append(ModelResponse(parts=[TextPart(f"done {turn} " * 300)], timestamp=T0))
+    return history
+
+
+def test_masked_versions_carried_over_match_cold_ones() -> None:
+    # Every result but the first and the last is masked, so as the history grows the masked
+    # span's end moves through messages holding two results each: a message once at the end
+    # of the span (one of its results masked) is later inside it (both masked). Long texts
+    # are truncated only once their turn is over, so a message's governed version also
+    # changes when a new turn starts.
+    policy = Policy.model_validate(
+        {
+            "masking": {"keep_first": 1, "keep_last": 1, "apply": "always"},
+            "text": {"limit": 100},
+            "window": {"enabled": False},
+        }
+    )
+    session = _parallel_session(8)
+    reused = 0
+    for size in range(1, len(session) + 1):
+        warm = govern(session[:size], policy, model=MODEL)
+        reused += warm._work.carried is not None
+        _same(warm, govern(copy.deepcopy(session[:size]), policy, model=MODEL))
+    assert reused > len(session) // 2

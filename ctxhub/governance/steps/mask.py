@@ -65,6 +65,7 @@ def mask(work: Work) -> None:
     for position in sorted(work.materialised):
         if work.masked_at(position):
             work.invalidate(position)
+    work.seed()
 
 
 def masked_count(work: Work) -> int:

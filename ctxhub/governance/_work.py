@@ -93,6 +93,20 @@ def tool_output_text(part: ToolReturnPart[Any]) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Landmarks:
+    """Positions of the few messages the window looks for, known without a pass over all."""
+
+    system: list[int]
+    """Messages with a system prompt part."""
+    aborted: list[int]
+    """Turn-aborted markers."""
+    notices: list[int]
+    """Window notices from earlier governance passes."""
+    latest_call: dict[str, int]
+    """Tool name → the latest response calling it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Carry:
     """What one ``govern`` call governed, for the next call on the same history grown.
 
@@ -157,6 +171,8 @@ class Work:
     protected: frozenset[str] = field(init=False)
     carried: Carry | None = None
     """The previous call's governed versions, offered for reuse (see ``Carry``)."""
+    landmarks: Landmarks | None = None
+    """Where the window's landmarks are, when the caller knows; else the window finds them."""
     governed_tokens: list[int] = field(init=False)
     """Tokens of each position as materialised (before any drop); -1 where not yet."""
 

@@ -23,7 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_json
 
-from ._work import Carry, PartState, Work
+from ._work import Carry, Landmarks, PartState, Work
 from .counting import MessageFacts, message_facts
 from .policy import Policy
 from .report import ContextReport, MessageReport, PartReport, StepName, StepReport, Zone
@@ -37,9 +37,6 @@ from .tokens import Tokenizer, context_window, instructions_of, tokenizer_for
 ToolDefinitions = Sequence[ToolDefinition | Mapping[str, Any]]
 Detail = str | Callable[[], str]
 """A step's detail for the report, or how to work it out when the report is built."""
-
-_SYSTEM_TOKENS = attrgetter("system_tokens")
-_TOKENS = attrgetter("tokens")
 
 
 def tool_definition_tokens(definitions: ToolDefinitions, tokenizer: Tokenizer) -> int:
@@ -131,7 +128,7 @@ def govern(
     else:
         instructions_text = None
     instructions_tokens = tokenizer.count(instructions_text) if instructions_text else 0
-    system_parts = sum(map(_SYSTEM_TOKENS, input_facts))
+    system_parts = sum(input_facts[i].system_tokens for i in prepared.system_at)
     tools = (
         tool_tokens
         if tool_tokens is not None
@@ -159,6 +156,7 @@ def govern(
         if pinned
         else frozenset()
     )
+    landmarks = _landmarks(prepared, normalized)
     work = Work(
         policy=policy,
         tokenizer=tokenizer,
@@ -174,6 +172,7 @@ def govern(
         latest_prompt=latest_prompt,
         window_tokens=window_tokens,
         carried=prepared.extends.carry if prepared.extends is not None else None,
+        landmarks=landmarks,
     )
     prepared.extends = None
     steps: list[tuple[StepName, Detail]] = []
@@ -199,7 +198,10 @@ def govern(
     # Every kept position holds its governed message's count (a dropped one 0), and system
     # prompt parts are never rewritten, so the output's totals need no pass over its messages.
     tokens_after = sum(work.tokens) + work.notice_tokens() + out_instr_tokens
-    system_after = sum(compress(map(_SYSTEM_TOKENS, work.facts), work.kept)) + out_instr_tokens
+    system_after = (
+        sum(work.facts[p].system_tokens for p in landmarks.system if work.kept[p])
+        + out_instr_tokens
+    )
     fits = tokens_after - system_after <= budget
     summary = {
         "model": model,
@@ -208,7 +210,7 @@ def govern(
         "tool_definition_tokens": tools,
         "safety_margin_tokens": margin,
         "budget_tokens": budget,
-        "tokens_before": sum(map(_TOKENS, input_facts)) + instructions_tokens,
+        "tokens_before": prepared.tokens + instructions_tokens,
         "tokens_after": tokens_after,
         "fits": fits,
         "reason": None if fits else _reason(work, budget, system_parts, instructions_tokens),
@@ -230,6 +232,13 @@ class _Prepared:
     pairing: Pairing
     instructions_at: int | None
     """Index of the latest request carrying instructions."""
+    system_at: list[int]
+    aborted_at: list[int]
+    notices_at: list[int]
+    latest_call: dict[str, int]
+    """Input indices of the window's landmarks (see ``Landmarks``)."""
+    tokens: int
+    """Tokens of all the messages."""
     carry: Carry | None = None
     """What the last call on this history governed, for the next call to reuse."""
     extends: _Prepared | None = None
@@ -296,6 +305,24 @@ def _prepare(
         if isinstance(message, ModelRequest) and message.instructions is not None:
             instructions_at = position
     pairing = (previous.pairing if known and previous is not None else Pairing()).extended(facts)
+    if previous is not None:
+        system_at, aborted_at = list(previous.system_at), list(previous.aborted_at)
+        notices_at, latest_call = list(previous.notices_at), dict(previous.latest_call)
+        tokens = previous.tokens
+    else:
+        system_at, aborted_at, notices_at, latest_call, tokens = [], [], [], {}, 0
+    for position in range(known, len(messages)):
+        fact = facts[position]
+        tokens += fact.tokens
+        if fact.system_tokens:
+            system_at.append(position)
+        if fact.aborted:
+            aborted_at.append(position)
+        if fact.notice:
+            notices_at.append(position)
+        if not fact.request:
+            for name in fact.tool_names:
+                latest_call[name] = position
     prepared = _Prepared(
         list(messages),
         parts,
@@ -303,12 +330,41 @@ def _prepare(
         facts,
         pairing,
         instructions_at,
+        system_at,
+        aborted_at,
+        notices_at,
+        latest_call,
+        tokens,
         None,
         previous,
     )
     # The history extended is superseded by this one; the others stay, newest first.
     recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]
     return prepared
+
+
+def _landmarks(prepared: _Prepared, normalized: Normalized) -> Landmarks:
+    """The landmarks of the repaired history, from the input indices ``_prepare`` collected.
+
+    Pair repair keeps the system prompt, abort markers and notices of the messages it rebuilds,
+    never rebuilds a response, and adds only plain requests of results.
+    """
+    position_of = normalized.position_of
+
+    def mapped(indices: list[int]) -> list[int]:
+        return [p for p in map(position_of, indices) if p is not None]
+
+    latest: dict[str, int] = {}
+    for name, index in prepared.latest_call.items():
+        position = position_of(index)
+        if position is not None:
+            latest[name] = position
+    return Landmarks(
+        mapped(prepared.system_at),
+        mapped(prepared.aborted_at),
+        mapped(prepared.notices_at),
+        latest,
+    )
 
 
 def _current_turn(normalized: Normalized) -> tuple[int, int | None]:

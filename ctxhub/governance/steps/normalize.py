@@ -16,6 +16,7 @@ are left alone.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +41,9 @@ from ..counting import (
 )
 from ..tokens import Tokenizer
 
+_AFTER_ANY = 1 << 62
+"""Larger than any position, so a bisect on (index, _AFTER_ANY) lands after that index's run."""
+
 
 @dataclass
 class Normalized:
@@ -56,6 +60,19 @@ class Normalized:
     dropped: list[int]
     """Input indices of messages emptied by orphan removal and left out."""
     changed: bool
+    runs: list[tuple[int, int, int]] | None = None
+    """(first input index, its position, length) of each run of input messages kept in order;
+    None when nothing was repaired (every message at its own index)."""
+
+    def position_of(self, index: int) -> int | None:
+        """The position of an input message in the repaired history; None if it was dropped."""
+        if self.runs is None:
+            return index
+        at = bisect_right(self.runs, (index, _AFTER_ANY, 0)) - 1
+        if at < 0:
+            return None
+        first, position, length = self.runs[at]
+        return position + index - first if index < first + length else None
 
 
 @dataclass(frozen=True)
@@ -150,6 +167,7 @@ def normalize(
             index.append(None)
             pending.clear()
 
+    runs: list[tuple[int, int, int]] = []
     size = len(messages)
     last = size - 1
     # Only a dangling response, the message after it and a request with orphans can change;
@@ -158,6 +176,7 @@ def normalize(
     copied = 0
     for position in sites:
         if position > copied:
+            runs.append((copied, len(out), position - copied))
             out.extend(messages[copied:position])
             out_facts.extend(facts[copied:position])
             index.extend(range(copied, position))
@@ -165,6 +184,7 @@ def normalize(
         message = messages[position]
         if isinstance(message, ModelResponse):
             flush_pending()
+            runs.append((position, len(out), 1))
             out.append(message)
             out_facts.append(facts[position])
             index.append(position)
@@ -174,6 +194,7 @@ def normalize(
             continue
         gone = orphans.get(position)
         if not gone and not pending:
+            runs.append((position, len(out), 1))
             out.append(message)
             out_facts.append(facts[position])
             index.append(position)
@@ -193,6 +214,7 @@ def normalize(
         if not parts and position != last and not facts[position].aborted:
             dropped.append(position)
             continue
+        runs.append((position, len(out), 1))
         if gone or part_origins != list(range(len(message.parts))):
             new = rebuilt(message, parts)
             origins[len(out)] = part_origins
@@ -203,11 +225,12 @@ def normalize(
             out_facts.append(facts[position])
         index.append(position)
     if copied < size:
+        runs.append((copied, len(out), size - copied))
         out.extend(messages[copied:])
         out_facts.extend(facts[copied:])
         index.extend(range(copied, size))
     flush_pending()
-    return Normalized(out, out_facts, index, origins, removed, dropped, True)
+    return Normalized(out, out_facts, index, origins, removed, dropped, True, runs)
 
 
 def _result_numbers(parts: Sequence[Part], result_numbers: set[int]) -> list[int]:

@@ -91,12 +91,19 @@ def _close_head(work: Work, end: int) -> int:
 def sticky_positions(work: Work) -> set[int]:
     """Positions kept whatever the window, closed over their tool-call partners."""
     policy = work.policy.window
+    sticky = set(work.pinned_positions)
+    protected = frozenset(policy.protected_tools)
+    landmarks = work.landmarks
+    if landmarks is not None:
+        sticky.update(landmarks.system)
+        sticky.update(landmarks.latest_call[n] for n in protected if n in landmarks.latest_call)
+        if policy.keep_turn_aborted:
+            sticky.update(landmarks.aborted)
+        return _close_over_pairs(work, sticky)
     facts = work.facts
     everywhere = range(len(facts))
-    # Each scan below is a C-level pass over the facts: this runs on every call.
-    sticky = set(work.pinned_positions)
+    # Each scan below is a C-level pass over the facts.
     sticky.update(compress(everywhere, map(_SYSTEM_TOKENS, facts)))
-    protected = frozenset(policy.protected_tools)
     if protected:
         latest_protected: dict[str, int] = {}
         touching = map(not_, map(protected.isdisjoint, map(_TOOL_NAMES, facts)))
@@ -113,6 +120,8 @@ def sticky_positions(work: Work) -> set[int]:
 
 def notice_positions(work: Work) -> list[int]:
     """Positions of window notices from earlier governance passes."""
+    if work.landmarks is not None:
+        return work.landmarks.notices
     return list(compress(range(len(work.facts)), map(_NOTICE, work.facts)))
 
 

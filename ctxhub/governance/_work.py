@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import compress, repeat
-from operator import and_, attrgetter, ge, is_
+from itertools import chain, compress, repeat
+from operator import and_, attrgetter, eq, ge, is_
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -190,15 +190,7 @@ class Work:
         if policy.eviction.threshold_tokens:
             limits.append(policy.eviction.threshold_tokens)
         self.min_cap = min(limits, default=float("inf"))
-        self.cap_key = _cap_key(
-            (
-                self.tokenizer.encoding_name,
-                policy.tool_output,
-                policy.text,
-                policy.eviction,
-                policy.window.protected_tools,
-            )
-        )
+        self.cap_key = _cap_key(policy, self.tokenizer.encoding_name)
 
     # --- accounting -------------------------------------------------------------------------
 
@@ -227,14 +219,28 @@ class Work:
         """
         limit = self.limit if limit is None else limit
         total = self.notice_tokens()
+        tokens = self.tokens
         # Dropped positions count 0, so this is the kept messages' tokens, an upper bound.
-        if not eager and sum(self.tokens) + total <= limit:
+        if not eager and sum(tokens) + total <= limit:
             return False
-        for position in range(len(self.base) - 1, -1, -1):
-            if self.kept[position]:
-                total += self.materialise(position)
-                if total > limit:
-                    return True
+        # Walk newest first; between the kept positions not yet governed the counts are exact,
+        # so each such run is added at once (C-level) and only the others are materialised.
+        size = len(tokens)
+        pending = compress(
+            range(size - 1, -1, -1),
+            map(and_, reversed(self.kept), map(eq, reversed(self.governed_tokens), repeat(-1))),
+        )
+        upper = size
+        for position in chain(pending, (-1,)):
+            total += sum(tokens[position + 1 : upper])
+            if total > limit:
+                return True
+            if position < 0:
+                break
+            total += self.materialise(position)
+            if total > limit:
+                return True
+            upper = position
         return False
 
     def fits(self) -> bool:
@@ -327,16 +333,18 @@ class Work:
             return
         same = map(is_, self.base[start:end], carried.base[start:end])
         known = map(ge, carried.tokens[start:end], repeat(0))
-        usable = list(map(and_, same, known))
-        positions = list(compress(range(start, end), usable))
-        # A position this call already governed (the budget check) has no masked result (or
-        # masking would have invalidated it), so its governed version is the carried one too.
+        # A position this call already governed (the budget check) has no masked result
+        # (masking would have invalidated it), so its carried version is its version too.
+        positions: Sequence[int] = list(compress(range(start, end), map(and_, same, known)))
         if not positions:
             return
-        if len(positions) == end - start:
-            self.messages[start:end] = carried.messages[start:end]
-            self.tokens[start:end] = carried.tokens[start:end]
-            self.governed_tokens[start:end] = carried.tokens[start:end]
+        first, last = positions[0], positions[-1] + 1
+        if last - first == len(positions):
+            # The usual case: one run (the previous call governed its newest positions).
+            positions = range(first, last)
+            self.messages[first:last] = carried.messages[first:last]
+            self.tokens[first:last] = carried.tokens[first:last]
+            self.governed_tokens[first:last] = carried.tokens[first:last]
         else:
             for position in positions:
                 self.messages[position] = carried.messages[position]
@@ -578,9 +586,28 @@ _TOKENS = attrgetter("tokens")
 _CAP_KEYS: dict[tuple[Any, ...], int] = {}
 
 
-def _cap_key(settings: tuple[Any, ...]) -> int:
+def _cap_key(policy: Policy, encoding: str) -> int:
     """A small int standing for the settings that decide a message's governed version."""
-    return _CAP_KEYS.setdefault(settings, len(_CAP_KEYS))
+    # Hashing the settings (pydantic models) costs more than the rest of a warm call's set-up,
+    # so the key is remembered per policy object (kept alive with it; policies are few).
+    known = _CAP_KEYS_BY_POLICY.get((id(policy), encoding))
+    if known is not None and known[0] is policy:
+        return known[1]
+    settings = (
+        encoding,
+        policy.tool_output,
+        policy.text,
+        policy.eviction,
+        policy.window.protected_tools,
+    )
+    key = _CAP_KEYS.setdefault(settings, len(_CAP_KEYS))
+    if len(_CAP_KEYS_BY_POLICY) >= 64:
+        _CAP_KEYS_BY_POLICY.clear()
+    _CAP_KEYS_BY_POLICY[(id(policy), encoding)] = (policy, key)
+    return key
+
+
+_CAP_KEYS_BY_POLICY: dict[tuple[int, str], tuple[Policy, int]] = {}
 
 
 def rebuilt(message: ModelMessage, parts: list[Part]) -> ModelMessage:

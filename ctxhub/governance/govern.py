@@ -254,15 +254,17 @@ _LAST: dict[str, list[_Prepared]] = {}
 _KEEP_LAST = 8
 
 
-def _extends(previous: _Prepared, messages: Sequence[ModelMessage], parts: list[Any]) -> bool:
-    """Whether ``messages`` (with these parts lists) begins with ``previous``'s history."""
+def _extends(
+    previous: _Prepared, messages: Sequence[ModelMessage], parts: list[Any], sizes: list[int]
+) -> bool:
+    """Whether ``messages`` (with these parts lists and sizes) begins with ``previous``'s."""
     size = len(previous.messages)
     return (
         size <= len(messages)
         and (size == 0 or previous.messages[-1] is messages[size - 1])
         and all(map(operator.is_, previous.messages, messages))
         and all(map(operator.is_, previous.parts, parts))
-        and previous.sizes == list(map(len, parts[:size]))
+        and previous.sizes == sizes[:size]
     )
 
 
@@ -285,10 +287,11 @@ def _prepare(
             room[0] -= len(ids)
 
     parts = list(map(_PARTS, messages))
+    sizes = list(map(len, parts))
     recent = _LAST.setdefault(tokenizer.encoding_name, [])
     previous: _Prepared | None = None
     for candidate in recent:
-        if _extends(candidate, messages, parts) and (
+        if _extends(candidate, messages, parts, sizes) and (
             previous is None or len(candidate.messages) > len(previous.messages)
         ):
             previous = candidate
@@ -326,7 +329,7 @@ def _prepare(
     prepared = _Prepared(
         list(messages),
         parts,
-        list(map(len, parts)),
+        sizes,
         facts,
         pairing,
         instructions_at,

@@ -226,12 +226,17 @@ def window(work: Work) -> int | None:
         calls_in_turn.update(work.facts[position].call_ids)
         open_results.update(set(work.facts[position].result_ids) - calls_in_turn)
     cut = start if not open_results else head_end + 1
+    # The hottest loop of a warm call (one pass over the kept tail): names bound locally, and
+    # positions already governed read straight from the token list.
+    facts, kept, tokens = work.facts, work.kept, work.tokens
+    materialised, materialise = work.materialised, work.materialise
+    limit_messages = max_messages if max_messages is not None else len(work.base) + 1
     for position in range(start - 1, head_end, -1):
-        fact = work.facts[position]
-        if position not in sticky and work.kept[position]:
-            taken += work.materialise(position)
+        fact = facts[position]
+        if kept[position] and position not in sticky:
+            taken += tokens[position] if position in materialised else materialise(position)
             count += 1
-            if taken > available or (max_messages is not None and count > max_messages):
+            if taken > available or count > limit_messages:
                 break
         open_results.update(fact.result_ids)
         open_results.difference_update(fact.call_ids)

@@ -247,11 +247,12 @@ class _Prepared:
 
 # The histories governed last, per encoding, most recent first: an agent governs the same list
 # plus a message or two before every request, so the shared prefix is recognised by identity (a
-# few C-level passes) and only the new messages are looked at. A process serving several
-# sessions alternates between them, hence a few entries. A history that extends none of them
+# few C-level passes) and only the new messages are looked at. Two entries let an agent's
+# history survive one other history governed in between (a dashboard, another session); more
+# would keep more histories, with all their text, alive. A history that extends none of them
 # (shrunk, reordered, a message replaced or its parts list changed) is prepared from scratch.
 _LAST: dict[str, list[_Prepared]] = {}
-_KEEP_LAST = 8
+_KEEP_LAST = 2
 
 
 def _extends(

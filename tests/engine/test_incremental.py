@@ -147,7 +147,7 @@ def test_a_growing_history_governs_as_a_cold_one(
 
 
 def test_governing_again_after_a_cold_copy_still_extends() -> None:
-    # Several histories are remembered, so governing another session in between (here a copy)
+    # Two histories are remembered, so governing another session in between (here a copy)
     # does not throw away what was learnt about this one.
     policy = Policy(context_window=4_000, reserved_output_tokens=0)
     history: list[ModelMessage] = [

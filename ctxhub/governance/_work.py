@@ -536,7 +536,8 @@ class Work:
 
     def _truncate(self, part: Part, text: str, truncation: Truncation) -> str | None:
         assert truncation.limit is not None
-        known = self.token_ids.get(id(part))
+        # Taken out: the truncated version is cached on the part, so its ids are not needed again.
+        known = self.token_ids.pop(id(part), None)
         ids = known[1] if known is not None and known[0] is text else None
         return truncate_text(
             text,

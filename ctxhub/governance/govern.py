@@ -117,7 +117,11 @@ def govern(
     policy = policy or Policy()
     tokenizer = tokenizer_for(model)
     token_ids: dict[int, tuple[str, list[int]]] = {}
-    prepared = _prepare(messages, tokenizer, token_ids)
+    prepared = _prepare(messages, tokenizer, token_ids, _truncated_above(policy))
+    # Outputs tokenised by earlier calls but not truncated yet (the current turn's, which
+    # truncation scope "older" leaves whole until the turn ends) are truncated from their ids.
+    for key, entry in _IDS.get(tokenizer.encoding_name, {}).items():
+        token_ids.setdefault(key, entry)
     input_facts = prepared.facts
 
     window_tokens = policy.context_window or context_window_tokens or context_window(model)
@@ -187,6 +191,7 @@ def govern(
     _budget_steps(work, steps)
     output = _assemble(work)
     prepared.carry = work.carry()
+    _IDS[tokenizer.encoding_name] = _newest_ids(token_ids)
     if instructions is not None:
         out_instructions: str | None = instructions
     elif instructions_text is None:
@@ -255,6 +260,42 @@ _LAST: dict[str, list[_Prepared]] = {}
 _KEEP_LAST = 2
 
 
+# Token ids of long texts not truncated yet, per encoding, newest first: the current turn's
+# outputs are tokenised when they arrive and truncated only once a later turn makes them older,
+# a call or several later. Truncating takes an entry out; the oldest go first beyond the cap
+# (ids are Python ints, about 36 bytes a token, so 1M tokens hold about 36 MB).
+_IDS: dict[str, dict[int, tuple[str, list[int]]]] = {}
+_KEEP_IDS_TOKENS = 1_000_000
+
+
+def _truncated_above(policy: Policy) -> float:
+    """Below how many tokens a text's ids are not worth keeping (inf: token truncation is off).
+
+    Half the smallest token limit: a part is truncated by its count with framing, which the
+    text alone may be a little under.
+    """
+    limits = [
+        truncation.limit
+        for truncation in (policy.tool_output, policy.text)
+        if truncation.enabled and truncation.unit == "tokens" and truncation.limit
+    ]
+    return min(limits, default=float("inf")) / 2
+
+
+def _newest_ids(
+    token_ids: dict[int, tuple[str, list[int]]],
+) -> dict[int, tuple[str, list[int]]]:
+    """The first (newest) entries of ``token_ids`` holding at most ``_KEEP_IDS_TOKENS`` ids."""
+    kept: dict[int, tuple[str, list[int]]] = {}
+    room = _KEEP_IDS_TOKENS
+    for key, entry in token_ids.items():
+        room -= len(entry[1])
+        if room < 0:
+            break
+        kept[key] = entry
+    return kept
+
+
 def _extends(
     previous: _Prepared, messages: Sequence[ModelMessage], parts: list[Any], sizes: list[int]
 ) -> bool:
@@ -276,14 +317,15 @@ def _prepare(
     messages: Sequence[ModelMessage],
     tokenizer: Tokenizer,
     token_ids: dict[int, tuple[str, list[int]]],
+    keep_above: float = 0,
 ) -> _Prepared:
     """Facts, pairing and the latest instructions of a history; long texts' token ids are kept
-    for the newest few."""
+    for the newest few longer than ``keep_above`` tokens (shorter ones are never truncated)."""
     room = [4_000_000]
 
     def sink(part: Any, text: str, ids: list[int]) -> None:
         # Only the newest outputs can survive the window, so only theirs are worth keeping.
-        if room[0] > 0:
+        if room[0] > 0 and len(ids) > keep_above:
             token_ids[id(part)] = (text, ids)
             room[0] -= len(ids)
 

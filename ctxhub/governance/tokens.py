@@ -214,13 +214,25 @@ def load_encoding(name: str) -> tiktoken.Encoding | None:
 _SHORT_TEXT = 4_096
 
 
+# The last long text counted, its encoding and its count. Truncation counts its result to check
+# the limit, and the truncated part is counted next from that same string object; remembering
+# one text (held, so its identity cannot be reused) spares tokenising it twice.
+_last_long: tuple[str, str, int] = ("", "", 0)
+
+
 def count_text(text: str, encoding_name: str = _NEAREST_ENCODING) -> int:
     """Tokens in a text. Short texts are cached; long ones are counted directly."""
+    global _last_long
     if not text:
         return 0
     if len(text) <= _SHORT_TEXT:
         return _count_short(text, encoding_name)
-    return _count(text, encoding_name)
+    last = _last_long
+    if last[0] is text and last[1] == encoding_name:
+        return last[2]
+    count = _count(text, encoding_name)
+    _last_long = (text, encoding_name, count)
+    return count
 
 
 @lru_cache(maxsize=65_536)

@@ -32,6 +32,7 @@ from test_properties import histories, policies
 
 from ctxhub.governance import Governed, Policy, govern
 from ctxhub.governance.steps.normalize import Pairing
+from ctxhub.governance.tokens import Tokenizer
 
 OPERATIONS = (
     "append",
@@ -230,3 +231,34 @@ def test_masked_versions_carried_over_match_cold_ones() -> None:
         reused += warm._work.carried is not None
         _same(warm, govern(copy.deepcopy(session[:size]), policy, model=MODEL))
     assert reused > len(session) // 2
+
+
+def test_an_output_truncated_once_its_turn_is_over_reuses_its_token_ids() -> None:
+    # Truncation scope "older" leaves the current turn's outputs whole; the call after the next
+    # user request truncates them from the ids kept when they were counted, calls earlier.
+    policy = Policy.model_validate({"tool_output": {"limit": 200}, "window": {"enabled": False}})
+    output = "".join(f"row {n}: value {n * 7}\n" for n in range(600))
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("read it", timestamp=T0)]),
+        ModelResponse(parts=[ToolCallPart("read", {}, tool_call_id="c1")], timestamp=T0),
+        ModelRequest(parts=[ToolReturnPart("read", output, tool_call_id="c1", timestamp=T0)]),
+    ]
+    current = govern(history, policy, model=MODEL)
+    assert current.messages[2].parts[0].content == output  # type: ignore[union-attr]
+    history = [
+        *history,
+        ModelResponse(parts=[TextPart("read")], timestamp=T0),
+        ModelRequest(parts=[UserPromptPart("next", timestamp=T0)]),
+    ]
+    encoded: list[str] = []
+    encode = Tokenizer.encode
+
+    def spy(self: Tokenizer, text: str) -> list[int] | None:
+        encoded.append(text)
+        return encode(self, text)
+
+    with mock.patch.object(Tokenizer, "encode", spy):
+        warm = govern(history, policy, model=MODEL)
+    assert output not in encoded
+    assert warm.messages[2].parts[0].content != output  # type: ignore[union-attr]
+    _same(warm, govern(copy.deepcopy(history), policy, model=MODEL))

@@ -20,12 +20,11 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
-    SystemPromptPart,
     ToolCallPart,
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from test_properties import histories
+from test_properties import assert_history_invariants, histories
 
 from ctxhub.governance import Policy, Threshold, count_tokens
 from ctxhub.governance.compact import (
@@ -209,15 +208,6 @@ async def test_user_messages_are_kept_newest_first_under_the_cap() -> None:
     assert len(kept) < len(summarized_users)
 
 
-def _latest_prompt(history: list[ModelMessage]) -> UserPromptPart | None:
-    for message in reversed(history):
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, UserPromptPart):
-                    return part
-    return None
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=histories(), data=st.data())
 def test_engine_invariants_hold_on_compacted_output(
@@ -248,13 +238,6 @@ def test_engine_invariants_hold_on_compacted_output(
     if compacted.report.outcome in ("nothing_to_compact", "refused"):
         assert out == history  # a history compaction does not compact is left untouched
         return
-    assert pairing_problems(out) == []
-    out_parts = {id(p) for m in out for p in m.parts}
-    system = [p for m in history for p in m.parts if isinstance(p, SystemPromptPart)]
-    assert all(id(p) in out_parts for p in system)
-    latest = _latest_prompt(history)
-    assert latest is None or id(latest) in out_parts
-    # A pinned request may be rebuilt by pair repair (a synthetic result joins it): its parts stay.
-    assert all(id(p) in out_parts for i in pins for p in history[i].parts)
+    assert_history_invariants(history, out, pins)
     assert summary_count(out) <= 1
     assert compacted.report.tokens_after == count_tokens(out, model=MODEL)

@@ -132,6 +132,21 @@ def _latest_prompt(history: list[ModelMessage]) -> UserPromptPart | None:
     return None
 
 
+def assert_history_invariants(
+    history: list[ModelMessage], out: list[ModelMessage], pins: frozenset[int]
+) -> None:
+    """ARCHITECTURE.md's invariants of any governed or compacted output: no orphaned call or
+    result; the system prompt, pinned messages and the newest user request survive."""
+    assert pairing_problems(out) == []
+    out_parts = {id(p) for m in out for p in m.parts}
+    system_parts = [p for m in history for p in m.parts if isinstance(p, SystemPromptPart)]
+    assert all(id(p) in out_parts for p in system_parts)
+    latest = _latest_prompt(history)
+    assert latest is None or id(latest) in out_parts
+    # Pair repair may add a synthetic result to a pinned request, so compare parts.
+    assert all(id(p) in out_parts for i in pins for p in history[i].parts)
+
+
 def _summary(governed: Any) -> str:
     report = governed.report
     lines = [f"{s.step}: {s.detail} ({s.tokens_removed})" for s in report.steps]
@@ -163,14 +178,7 @@ def test_invariants_hold(history: list[ModelMessage], policy: Policy, data: st.D
     report = governed.report
 
     assert history == snapshot  # input never mutated
-    assert pairing_problems(out) == []
-    out_parts = {id(p) for m in out for p in m.parts}
-    system_parts = [p for m in history for p in m.parts if isinstance(p, SystemPromptPart)]
-    assert all(id(p) in out_parts for p in system_parts)
-    latest = _latest_prompt(history)
-    assert latest is None or id(latest) in out_parts
-    # Pinned messages survive; pair repair may add a synthetic result to one, so compare parts.
-    assert all(id(p) in out_parts for i in pins for p in history[i].parts)
+    assert_history_invariants(history, out, pins)
     assert report.tokens_before == count_tokens(history, model=MODEL)
     assert report.tokens_after == count_tokens(out, model=MODEL)
     assert sum(m.tokens_after for m in report.messages) == report.tokens_after

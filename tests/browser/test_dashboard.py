@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from io import StringIO
@@ -9,7 +10,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from sessions import services
 from sessions.models import AgentSession
@@ -130,3 +131,121 @@ def test_a_page_catches_up_on_what_it_missed_while_the_server_restarted(
     seqs = page.locator("article.msg").evaluate_all("els => els.map(el => Number(el.dataset.seq))")
     assert seqs == [0, 1, 2, 3]
     assert page.evaluate("window.notReloaded") is True
+
+
+# Records every moment the page holds two articles with one seq, or a list out of seq order.
+# Replaying the mutation records in order sees a duplicate even when it is removed again in
+# the same task, which looking at the page between tasks would miss. Articles are counted as
+# they are inserted themselves; one inside an inserted element shows in the check of the whole
+# page after each batch (a record's subtree is only known as it is by then).
+WATCH_SEQS = """
+(() => {
+  window.seqViolations = [];
+  const held = new Map();
+  const isArticle = (node) =>
+    node.nodeType === Node.ELEMENT_NODE && node.matches("article[data-seq]");
+  new MutationObserver((records) => {
+    for (const record of records) {
+      for (const node of [...record.removedNodes].filter(isArticle)) {
+        held.set(node.dataset.seq, held.get(node.dataset.seq) - 1);
+      }
+      for (const node of [...record.addedNodes].filter(isArticle)) {
+        const count = (held.get(node.dataset.seq) || 0) + 1;
+        held.set(node.dataset.seq, count);
+        if (count > 1) window.seqViolations.push(`two articles #${node.dataset.seq}`);
+      }
+    }
+    const seqs = [...document.querySelectorAll("article[data-seq]")].map(
+      (a) => Number(a.dataset.seq));
+    if (seqs.some((seq, i) => i > 0 && seq <= seqs[i - 1])) {
+      window.seqViolations.push(`not one each in seq order: ${seqs.join(",")}`);
+    }
+  }).observe(document, { childList: true, subtree: true });
+})();
+"""
+
+# The page's side of the session socket, under the test's control: a push whose HTML holds
+# the article `dropPushOf` is lost (as one sent before the socket joined the session's group
+# is), and the last push can be delivered again (as a duplicate delivery would be).
+CONTROL_SOCKET = """
+(() => {
+  window.dropPushOf = null;
+  window.droppedPushes = 0;
+  window.pushes = [];
+  window.catchUpsSettled = 0;
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      window.liveSocket = this;
+      // Registered first, so it runs before the page's own listener.
+      this.addEventListener("message", (event) => {
+        if (window.dropPushOf !== null && event.data.includes(`id="msg-${window.dropPushOf}"`)) {
+          window.droppedPushes += 1;
+          event.stopImmediatePropagation();
+        } else {
+          window.pushes.push(event.data);
+        }
+      });
+    }
+  };
+  window.pushAgain = () => window.liveSocket.dispatchEvent(
+    new MessageEvent("message", { data: window.pushes.at(-1) }));
+  document.addEventListener("htmx:afterSettle", (event) => {
+    if (event.target.id === "messages" && event.detail.pathInfo?.requestPath.includes("?after=")) {
+      window.catchUpsSettled += 1;
+    }
+  });
+})();
+"""
+
+
+def wait_for(page: Page, condition: Callable[[], object], timeout: float = 10) -> None:
+    """Wait for a condition on this side; Playwright's calls deliver its events meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        page.wait_for_timeout(20)
+
+
+def test_a_push_and_a_catch_up_that_cross_never_show_a_message_twice_or_out_of_order(
+    page: Page, live_url: str, django_user_model: object
+) -> None:
+    owner = django_user_model.objects.create_user("dave", password="dave-password")
+    session = make_session(owner, title="Crossing deliveries")
+    server_side(lambda: services.append_messages(session, [user("start"), reply("started")]))
+    page.add_init_script(WATCH_SEQS)
+    page.add_init_script(CONTROL_SOCKET)
+    # The catch-up request that the socket's opening sends is held here, to be answered late.
+    held: list[Route] = []
+    page.route(lambda url: "/messages/?after=" in url, lambda route: held.append(route))
+
+    page.goto(f"{live_url}/login/?next=/sessions/{session.pk}/")
+    page.get_by_label("Username").fill("dave")
+    page.get_by_label("Password").fill("dave-password")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator("article.msg")).to_have_count(2)
+    wait_for(page, lambda: held)
+    (catch_up,) = held
+    assert "?after=1" in catch_up.request.url
+
+    # Appended before the socket listened: only the catch-up brings it.
+    page.evaluate("window.dropPushOf = 2")
+    server_side(lambda: services.append_message(session, user("missed by the socket")))
+    page.wait_for_function("() => window.droppedPushes === 1", timeout=10_000)
+    # The catch-up is answered now (message 2, a meter of 3) but arrives last.
+    late = catch_up.fetch()
+    server_side(lambda: services.append_message(session, reply("pushed before the catch-up")))
+    expect(page.locator("#msg-3")).to_contain_text("pushed before the catch-up")
+    expect(page.get_by_test_id("message-total")).to_have_text("4")
+    page.evaluate("window.pushAgain()")
+    catch_up.fulfill(response=late)
+    page.wait_for_function("() => window.catchUpsSettled === 1", timeout=10_000)
+
+    assert page.evaluate("window.seqViolations") == []
+    seqs = page.locator("article.msg").evaluate_all("els => els.map(el => Number(el.dataset.seq))")
+    assert seqs == [0, 1, 2, 3]
+    expect(page.locator("#msg-2")).to_contain_text("missed by the socket")
+    # The late answer's meter counted 3 messages: the pushed one, counting 4, stays.
+    expect(page.get_by_test_id("message-total")).to_have_text("4")
+    assert page.evaluate("window.pushes.length") == 2

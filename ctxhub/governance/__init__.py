@@ -10,12 +10,13 @@ No Django, no Celery, no I/O: agents can use it without the hub.
 from .capability import ContextGovernor
 from .counting import count_tokens
 from .govern import Governed, govern, tool_definition_tokens
-from .policy import Eviction, Masking, Policy, Threshold, Truncation, Window
+from .policy import CompactionPolicy, Eviction, Masking, Policy, Threshold, Truncation, Window
 from .report import Action, ContextReport, MessageReport, PartReport, StepReport, Zone
 from .store import EvictionStore, InMemoryEvictionStore, read_evicted
 
 __all__ = [
     "Action",
+    "CompactionPolicy",
     "ContextGovernor",
     "ContextReport",
     "Eviction",
@@ -48,7 +49,15 @@ from .commands import (
     parse_command,
     run_command,
 )
-from .compact import Compacted, CompactionReport, SummaryDraft, compact, is_summary
+from .compact import (
+    Compacted,
+    CompactionPlan,
+    CompactionReport,
+    SummaryDraft,
+    compact,
+    is_summary,
+    plan_compaction,
+)
 from .ledger import Ledger, LedgerItem, extract_ledger, reconcile
 from .models import ModelChoice, is_offline, resolve_model
 from .recovery import OverflowRecovery, RecoveryEvent, is_context_overflow
@@ -57,6 +66,7 @@ __all__ += [
     "Command",
     "CommandResult",
     "Compacted",
+    "CompactionPlan",
     "CompactionReport",
     "HistoryFigures",
     "Ledger",
@@ -74,6 +84,7 @@ __all__ += [
     "is_offline",
     "is_summary",
     "parse_command",
+    "plan_compaction",
     "reconcile",
     "resolve_model",
     "run_command",

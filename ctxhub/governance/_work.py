@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import and_, attrgetter, eq, ge, is_
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -32,6 +32,15 @@ from .report import Action, StepName
 from .steps.evict import eviction_ref, preview
 from .steps.truncate import truncate_text
 from .tokens import MESSAGE_OVERHEAD, Tokenizer, as_text
+
+
+class Messages(Protocol):
+    """A history read by position: a list, or a caller's sequence that loads a message only
+    when it is asked for (governance reads only the messages it sends or changes)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, position: int, /) -> ModelMessage: ...
 
 
 @dataclass(slots=True)
@@ -112,12 +121,14 @@ class Carry:
 
     Positions strictly inside the masked span and before the current turn are governed the same
     way on every call (every output masked, nothing else depending on where the history ends),
-    so the next call can take their governed versions as they are when the message at the
-    position is the same object and the settings that decide a governed version are equal.
+    so the next call can take their governed versions as they are when the facts at the
+    position are the same object (the same message: facts are cached by message identity, and
+    a caller passing stored facts keeps one object per message) and the settings that decide a
+    governed version are equal.
     """
 
-    base: list[ModelMessage]
-    messages: list[ModelMessage]
+    facts: list[MessageFacts]
+    messages: list[ModelMessage | None]
     tokens: list[int]
     """Governed tokens of each position; -1 where the call did not govern it."""
     changes: dict[int, tuple[tuple[int, Transform], ...]]
@@ -133,7 +144,8 @@ class Work:
 
     policy: Policy
     tokenizer: Tokenizer
-    base: list[ModelMessage]
+    base: Messages
+    """The normalised messages; read only at positions governance sends or changes."""
     facts: list[MessageFacts]
     index: list[int | None]
     origins: dict[int, list[int | None]]
@@ -145,7 +157,8 @@ class Work:
     turn_start: int
     latest_prompt: int | None
     window_tokens: int
-    messages: list[ModelMessage] = field(init=False)
+    messages: list[ModelMessage | None] = field(init=False)
+    """The governed version of each position; None where it is the base message."""
     tokens: list[int] = field(init=False)
     kept: list[bool] = field(init=False)
     states: dict[int, list[PartState]] = field(default_factory=dict)
@@ -177,10 +190,11 @@ class Work:
     """Tokens of each position as materialised (before any drop); -1 where not yet."""
 
     def __post_init__(self) -> None:
-        self.messages = list(self.base)
+        size = len(self.facts)
+        self.messages = [None] * size
         self.tokens = list(map(_TOKENS, self.facts))
-        self.kept = [True] * len(self.base)
-        self.governed_tokens = [-1] * len(self.base)
+        self.kept = [True] * size
+        self.governed_tokens = [-1] * size
         policy = self.policy
         self.protected = frozenset(policy.window.protected_tools)
         limits: list[float] = []
@@ -253,7 +267,7 @@ class Work:
         """Forget the governed version of a position so it is rebuilt with a new plan."""
         if position in self.materialised and self.kept[position]:
             self.materialised.discard(position)
-            self.messages[position] = self.base[position]
+            self.messages[position] = None
             self.tokens[position] = self.facts[position].tokens
             self.states.pop(position, None)
             self.changes.pop(position, None)
@@ -303,7 +317,7 @@ class Work:
         if self.mask_span is None:
             return None
         return Carry(
-            self.base,
+            self.facts,
             self.messages,
             self.governed_tokens,
             self.changes,
@@ -326,12 +340,12 @@ class Work:
             carried.span[2],
             self.turn_start,
             carried.turn_start,
-            len(self.base),
-            len(carried.base),
+            len(self.facts),
+            len(carried.facts),
         )
         if end <= start:
             return
-        same = map(is_, self.base[start:end], carried.base[start:end])
+        same = map(is_, self.facts[start:end], carried.facts[start:end])
         known = map(ge, carried.tokens[start:end], repeat(0))
         # A position this call already governed (the budget check) has no masked result
         # (masking would have invalidated it), so its carried version is its version too.
@@ -393,7 +407,7 @@ class Work:
         if span[0] < position < span[2]:
             return maskable
         low = span[1] if position == span[0] else -1
-        high = span[3] if position == span[2] else len(self.base[position].parts)
+        high = span[3] if position == span[2] else len(self.facts[position].part_tokens)
         chosen = frozenset(n for n in maskable if low <= n <= high)
         return chosen or None
 
@@ -423,11 +437,16 @@ class Work:
             state.ref = transform.ref
         return states
 
+    def message_at(self, position: int) -> ModelMessage:
+        """The governed message at a position (the base message where nothing changed it)."""
+        message = self.messages[position]
+        return self.base[position] if message is None else message
+
     def set_part(self, position: int, number: int, transform: Transform) -> None:
         """Replace one part of a materialised position (used by the last-resort shrink)."""
         self.materialise(position)
         states = self.states_of(position)
-        parts = list(self.messages[position].parts)
+        parts = list(self.message_at(position).parts)
         parts[number] = transform.part
         state = states[number]
         state.action = transform.action

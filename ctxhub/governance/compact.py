@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -77,6 +77,9 @@ DEFAULT_USER_MESSAGES_TOKENS = 20_000
 DEFAULT_KEEP = Threshold(kind="fraction", value=0.1)
 DEFAULT_SUMMARY_TOKENS = 4_000
 MAX_ROUNDS = 6
+
+ChunkCallback = Callable[[int, int, int], None]
+"""Told (round, chunks done, chunks in the round) as the summariser works."""
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("goal", "Goal"),
@@ -419,6 +422,7 @@ async def summarize(
     window: int | None = None,
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
     concurrency: int = 4,
+    on_chunk: ChunkCallback | None = None,
 ) -> _Summary:
     """Summarise transcript items, in chunks that fit the summariser, then the chunk summaries."""
     model = _resolve(summarizer)
@@ -448,7 +452,19 @@ async def summarize(
     for round_number in range(1, MAX_ROUNDS + 1):
         chunks = chunk_items(level, budget, tokenizer)
         total_chunks += len(chunks)
-        drafts = await asyncio.gather(*(one(chunk) for chunk in chunks))
+        done = 0
+
+        async def counted(
+            chunk: list[str], round_number: int = round_number, total: int = len(chunks)
+        ) -> SummaryDraft:
+            nonlocal done
+            draft = await one(chunk)
+            done += 1
+            if on_chunk is not None:
+                on_chunk(round_number, done, total)
+            return draft
+
+        drafts = await asyncio.gather(*(counted(chunk) for chunk in chunks))
         if len(drafts) == 1:
             return _Summary(drafts[0], total_chunks, round_number)
         count = len(drafts)
@@ -531,30 +547,56 @@ def _stamp(messages: Sequence[ModelMessage]) -> Any:
     return None
 
 
-async def compact(
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What a compaction will summarise and keep, decided before any model is called."""
+
+    stripped: _Stripped
+    history: list[ModelMessage]
+    partition: Any
+    middle: list[tuple[int, ModelMessage]]
+    """(input index, message) of each message the window would drop: what gets summarised."""
+    users: list[tuple[int, ModelRequest]]
+    """(input index, copy) of the middle's user messages kept verbatim."""
+
+    @property
+    def summarized_indices(self) -> list[int]:
+        """Input indices the summary replaces, earlier summaries included (empty: nothing to
+        compact)."""
+        if not self.middle:
+            return []
+        return sorted({*(i for i, _ in self.middle), *self.stripped.summary_indices})
+
+    @property
+    def kept_user_indices(self) -> list[int]:
+        return [i for i, _ in self.users]
+
+    def assemble(self, summary: ModelRequest) -> list[ModelMessage]:
+        """The compacted history in the inline form, ``summary`` standing for the middle: the
+        window's output with the kept user messages and the summary where its notice was."""
+        originals = {id(m) for m in self.history}
+        kept_users = [m for _, m in self.users]
+        output: list[ModelMessage] = []
+        for message in self.partition.messages:
+            if notice_omitted(message) is not None and id(message) not in originals:
+                output.extend([*kept_users, summary])
+            else:
+                output.append(message)
+        return output
+
+
+def plan_compaction(
     messages: Sequence[ModelMessage],
     policy: Policy | None = None,
     *,
-    summarizer: Model | str,
     model: str | None = None,
     pinned: frozenset[int] | set[int] = frozenset(),
-    focus: str | None = None,
     keep: Threshold | None = None,
-    user_messages_tokens: int = DEFAULT_USER_MESSAGES_TOKENS,
-    summarizer_window: int | None = None,
-    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
     form: Form = "inline",
-) -> Compacted:
-    """Summarise the middle of a history with ``summarizer`` (a pydantic-ai model or its name).
-
-    ``model`` names the chat model, whose tokenizer and window size the result; ``pinned`` holds
-    input indices that survive verbatim; ``focus`` tells the summariser what matters most.
-    ``keep`` is how much recent history stays verbatim (default: the policy's window keep, else
-    10 % of the window). ``form="two_message"`` summarises everything but pins and protected
-    tools into the ``/compact`` form of co-cli: a request holding the system prompt, the kept
-    user messages and the summary, then an acknowledgement.
-    """
-    started = time.perf_counter()
+    user_messages_tokens: int = DEFAULT_USER_MESSAGES_TOKENS,
+) -> CompactionPlan:
+    """The messages ``compact`` with the same arguments would summarise, without summarising:
+    a preview, and the first half of ``compact`` itself."""
     policy = policy or Policy()
     tokenizer = tokenizer_for(model)
     window_tokens = policy.context_window or context_window(model)
@@ -583,6 +625,50 @@ async def compact(
         if r.index is not None and not r.kept and r.index < len(stripped.index)
     ]
     middle = [(stripped.index[p], stripped.history[p]) for p in dropped]
+    users = _select_users(middle, user_messages_tokens, tokenizer)
+    return CompactionPlan(stripped, history, partition, middle, users)
+
+
+async def compact(
+    messages: Sequence[ModelMessage],
+    policy: Policy | None = None,
+    *,
+    summarizer: Model | str,
+    model: str | None = None,
+    pinned: frozenset[int] | set[int] = frozenset(),
+    focus: str | None = None,
+    keep: Threshold | None = None,
+    user_messages_tokens: int = DEFAULT_USER_MESSAGES_TOKENS,
+    summarizer_window: int | None = None,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+    form: Form = "inline",
+    on_chunk: ChunkCallback | None = None,
+) -> Compacted:
+    """Summarise the middle of a history with ``summarizer`` (a pydantic-ai model or its name).
+
+    ``model`` names the chat model, whose tokenizer and window size the result; ``pinned`` holds
+    input indices that survive verbatim; ``focus`` tells the summariser what matters most.
+    ``keep`` is how much recent history stays verbatim (default: the policy's window keep, else
+    10 % of the window). ``form="two_message"`` summarises everything but pins and protected
+    tools into the ``/compact`` form of co-cli: a request holding the system prompt, the kept
+    user messages and the summary, then an acknowledgement. ``on_chunk(round, done, total)``
+    is told each time the summariser finishes a chunk.
+    """
+    started = time.perf_counter()
+    policy = policy or Policy()
+    tokenizer = tokenizer_for(model)
+    two = form == "two_message"
+    plan = plan_compaction(
+        messages,
+        policy,
+        model=model,
+        pinned=pinned,
+        keep=keep,
+        form=form,
+        user_messages_tokens=user_messages_tokens,
+    )
+    stripped, partition, middle, users = plan.stripped, plan.partition, plan.middle, plan.users
+    history = plan.history
     summarizer_name = _model_name(summarizer)
 
     def report(**values: Any) -> CompactionReport:
@@ -632,7 +718,6 @@ async def compact(
         [*summaries_as_messages, *(m for _, m in middle)],
         indices=[*stripped.summary_indices[: len(summaries_as_messages)], *(i for i, _ in middle)],
     )
-    users = _select_users(middle, user_messages_tokens, tokenizer)
     items = [render_message(m) for m in summaries_as_messages]
     items += [text for _, m in middle if (text := render_message(m))]
 
@@ -646,6 +731,7 @@ async def compact(
             focus=focus,
             window=summarizer_window,
             summary_tokens=summary_tokens,
+            on_chunk=on_chunk,
         )
     except Exception as exc:  # any failure of the summariser: fall back to the marker
         outcome, error = "fallback", f"{type(exc).__name__}: {exc}"
@@ -678,13 +764,7 @@ async def compact(
         summary_message = ModelRequest(
             parts=[summary_part], metadata={MARK: {**note, "messages": represented}}
         )
-        originals = {id(m) for m in history}
-        output = []
-        for message in partition.messages:
-            if notice_omitted(message) is not None and id(message) not in originals:
-                output.extend([*kept_users, summary_message])
-            else:
-                output.append(message)
+        output = plan.assemble(summary_message)
     summary_tokens_used = message_facts(ModelRequest(parts=[summary_part]), tokenizer).tokens
     kept_user_tokens = sum(message_facts(m, tokenizer).tokens for m in kept_users)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -137,13 +139,30 @@ def result_call_id(part: Part) -> str:
     return part.tool_call_id
 
 
+FACTS_VERSION = 1
+"""Version of ``MessageFacts.to_json``'s form; a stored form of another version is refused (so
+a hub counts the message again). Raise it whenever a field is added or changes meaning."""
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""The timestamp of a message that carries none."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageFacts:
-    """What governance needs to know about one message, computed once per message object."""
+    """What governance needs to know about one message, computed once per message object.
+
+    Everything ``govern`` and its report read about a message it neither sends nor changes is
+    here, so a caller holding stored facts (``to_json`` / ``from_json``) can pass them with a
+    history whose messages are loaded only when governance asks for one.
+    """
 
     request: bool
     tokens: int
     part_tokens: tuple[int, ...]
+    part_kinds: tuple[str, ...] = ()
+    """Each part's ``part_kind``."""
+    part_tool_names: tuple[str | None, ...] = ()
+    """Each part's tool name (None for a part without one)."""
     call_ids: tuple[str, ...] = ()
     result_ids: tuple[str, ...] = ()
     user_prompt: bool = False
@@ -163,6 +182,105 @@ class MessageFacts:
     """A window notice governance wrote (see ``steps.window.notice_omitted``)."""
     omitted: int = 0
     """The number of messages that notice says were omitted."""
+    instructions: bool = False
+    """A request carrying ``instructions``."""
+    timestamp: datetime = EPOCH
+    """When the message was made (a request without one: its first part's); a window notice
+    written next to it takes this time."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-compatible form (fields at their default are left out), for storage."""
+        value: dict[str, Any] = {
+            "v": FACTS_VERSION,
+            "request": self.request,
+            "tokens": self.tokens,
+            "part_tokens": list(self.part_tokens),
+            "part_kinds": list(self.part_kinds),
+            "part_tool_names": list(self.part_tool_names),
+            "timestamp": self.timestamp.isoformat(),
+        }
+        for name in _LISTS:
+            items = getattr(self, name)
+            if items:
+                value[name] = list(items)
+        for name in _SETS:
+            items = getattr(self, name)
+            if items:
+                value[name] = sorted(items)
+        for name in _SCALARS:
+            item = getattr(self, name)
+            if item:
+                value[name] = item
+        return value
+
+    @classmethod
+    def from_json(cls, value: object) -> MessageFacts:
+        """The facts ``to_json`` stored; ValueError for another version or a malformed form."""
+        if not isinstance(value, dict):
+            raise ValueError(f"message facts must be a JSON object, not {type(value).__name__}")
+        version = value.get("v")
+        if version != FACTS_VERSION:
+            raise ValueError(
+                f"message facts of version {version!r} cannot be read (this engine reads "
+                f"version {FACTS_VERSION}); count the message again"
+            )
+        unknown = value.keys() - _KEYS
+        if unknown:
+            raise ValueError(f"unknown message facts fields: {sorted(unknown)}")
+        try:
+            get = value.get
+            facts = cls(
+                request=_typed(value["request"], bool),
+                tokens=_typed(value["tokens"], int),
+                part_tokens=tuple(value["part_tokens"]),
+                part_kinds=tuple(value["part_kinds"]),
+                part_tool_names=tuple(value["part_tool_names"]),
+                call_ids=tuple(get("call_ids", ())),
+                result_ids=tuple(get("result_ids", ())),
+                user_prompt=_typed(get("user_prompt", False), bool),
+                system_tokens=_typed(get("system_tokens", 0), int),
+                text_response=_typed(get("text_response", False), bool),
+                tool_names=frozenset(get("tool_names", ())),
+                only_results=_typed(get("only_results", False), bool),
+                largest=_typed(get("largest", 0), int),
+                outputs=tuple(get("outputs", ())),
+                aborted=_typed(get("aborted", False), bool),
+                maskable=frozenset(get("maskable", ())),
+                notice=_typed(get("notice", False), bool),
+                omitted=_typed(get("omitted", 0), int),
+                instructions=_typed(get("instructions", False), bool),
+                timestamp=datetime.fromisoformat(value["timestamp"]),
+            )
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"malformed message facts: {error!r}") from error
+        parts = len(facts.part_tokens)
+        if len(facts.part_kinds) != parts or len(facts.part_tool_names) != parts:
+            raise ValueError("malformed message facts: per-part fields of different lengths")
+        return facts
+
+
+_LISTS = ("call_ids", "result_ids", "outputs")
+_SETS = ("tool_names", "maskable")
+_SCALARS = (
+    "user_prompt",
+    "system_tokens",
+    "text_response",
+    "only_results",
+    "largest",
+    "aborted",
+    "notice",
+    "omitted",
+    "instructions",
+)
+_KEYS = frozenset(
+    {"v", "request", "tokens", "part_tokens", "part_kinds", "part_tool_names", "timestamp"}
+).union(_LISTS, _SETS, _SCALARS)
+
+
+def _typed[T](item: object, kind: type[T]) -> T:
+    if not isinstance(item, kind):
+        raise TypeError(f"{item!r} is not {kind.__name__}")
+    return item
 
 
 def message_facts(
@@ -180,53 +298,80 @@ def message_facts(
     return facts
 
 
+_PART_KIND = attrgetter("part_kind")
+
+
+def _tool_name(part: Part) -> str | None:
+    name = getattr(part, "tool_name", None)
+    return name if isinstance(name, str) else None
+
+
 def _compute_facts(
     message: ModelMessage, tokenizer: Tokenizer, sink: TokenSink | None
 ) -> MessageFacts:
-    counts = tuple(cached_part_tokens(part, tokenizer, sink) for part in message.parts)
+    parts = message.parts
+    counts = tuple(cached_part_tokens(part, tokenizer, sink) for part in parts)
     tokens = MESSAGE_OVERHEAD + sum(counts)
+    kinds = tuple(map(_PART_KIND, parts))
+    tool_names = tuple(map(_tool_name, parts))
     if isinstance(message, ModelResponse):
-        calls = tuple(p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart))
-        names = frozenset(p.tool_name for p in message.parts if isinstance(p, ToolCallPart))
+        calls = tuple(p.tool_call_id for p in parts if isinstance(p, ToolCallPart))
+        names = frozenset(p.tool_name for p in parts if isinstance(p, ToolCallPart))
         return MessageFacts(
             request=False,
             tokens=tokens,
             part_tokens=counts,
+            part_kinds=kinds,
+            part_tool_names=tool_names,
             call_ids=calls,
-            text_response=any(isinstance(p, TextPart) for p in message.parts),
+            text_response=any(isinstance(p, TextPart) for p in parts),
             tool_names=names,
             largest=max(counts, default=0),
+            timestamp=message.timestamp,
         )
-    results = tuple(result_call_id(p) for p in message.parts if is_tool_result(p))
+    results = tuple(result_call_id(p) for p in parts if is_tool_result(p))
     names = frozenset(
         p.tool_name
-        for p in message.parts
+        for p in parts
         if isinstance(p, BaseToolReturnPart | RetryPromptPart)
         if p.tool_name is not None
     )
     system = sum(
-        count
-        for p, count in zip(message.parts, counts, strict=True)
-        if isinstance(p, SystemPromptPart)
+        count for p, count in zip(parts, counts, strict=True) if isinstance(p, SystemPromptPart)
     )
     omitted = window_notice(message)
-    outputs = tuple(n for n, p in enumerate(message.parts) if type(p) is ToolReturnPart)
+    outputs = tuple(n for n, p in enumerate(parts) if type(p) is ToolReturnPart)
     return MessageFacts(
         request=True,
         tokens=tokens,
         part_tokens=counts,
+        part_kinds=kinds,
+        part_tool_names=tool_names,
         result_ids=results,
-        user_prompt=any(isinstance(p, UserPromptPart) for p in message.parts),
+        user_prompt=any(isinstance(p, UserPromptPart) for p in parts),
         system_tokens=system,
         tool_names=names,
-        only_results=bool(message.parts) and len(results) == len(message.parts),
+        only_results=bool(parts) and len(results) == len(parts),
         aborted=is_turn_aborted(message),
         largest=max(counts, default=0),
         outputs=outputs,
-        maskable=frozenset(n for n in outputs if not _written(message.parts[n])),
+        maskable=frozenset(n for n in outputs if not _written(parts[n])),
         notice=omitted is not None,
         omitted=omitted or 0,
+        instructions=message.instructions is not None,
+        timestamp=request_timestamp(message),
     )
+
+
+def request_timestamp(message: ModelRequest) -> datetime:
+    """A request's timestamp, else its first part's that has one, else ``EPOCH``."""
+    if message.timestamp is not None:
+        return message.timestamp
+    for part in message.parts:
+        stamp = getattr(part, "timestamp", None)
+        if isinstance(stamp, datetime):
+            return stamp
+    return EPOCH
 
 
 def _written(part: Part) -> bool:

@@ -12,7 +12,7 @@ proportional shrink of the newest outputs — stopping as soon as it fits.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import compress
@@ -23,20 +23,19 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_json
 
-from ._work import Carry, Landmarks, PartState, Work
+from ._work import Carry, Landmarks, Messages, Work
 from .counting import MessageFacts, message_facts
 from .policy import Policy
-from .report import ContextReport, MessageReport, PartReport, StepName, StepReport, Zone
+from .report import ContextReport, StepName
+from .reporting import Detail, PartTotals, ReportCache, build_report
 from .steps.drop_groups import drop_groups
 from .steps.mask import mask, masked_count
 from .steps.normalize import Normalized, Pairing, normalize
 from .steps.shrink import shrink
-from .steps.window import notice_omitted, window
+from .steps.window import window
 from .tokens import Tokenizer, context_window, instructions_of, tokenizer_for
 
 ToolDefinitions = Sequence[ToolDefinition | Mapping[str, Any]]
-Detail = str | Callable[[], str]
-"""A step's detail for the report, or how to work it out when the report is built."""
 
 
 def tool_definition_tokens(definitions: ToolDefinitions, tokenizer: Tokenizer) -> int:
@@ -65,9 +64,10 @@ class Governed:
         work: Work,
         summary: dict[str, Any],
         normalized: Normalized,
-        inputs: list[ModelMessage],
         input_facts: list[MessageFacts],
         steps: list[tuple[StepName, Detail]],
+        reports: ReportCache,
+        totals: PartTotals,
     ) -> None:
         self.messages = messages
         """What to send to the model."""
@@ -80,14 +80,25 @@ class Governed:
         self._work = work
         self._summary = summary
         self._normalized = normalized
-        self._inputs = inputs
         self._input_facts = input_facts
         self._steps = steps
+        self._reports = reports
+        self._totals = totals
 
     @cached_property
     def report(self) -> ContextReport:
         """The full report, built on first access (the hot path before a request skips it)."""
-        return _build_report(self)
+        return build_report(
+            self._work,
+            self._normalized,
+            self._input_facts,
+            self._steps,
+            self._summary,
+            len(self.messages),
+            self.evicted,
+            self._reports,
+            self._totals,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -106,6 +117,7 @@ def govern(
     tool_tokens: int | None = None,
     instructions: str | None = None,
     context_window_tokens: int | None = None,
+    facts: Sequence[MessageFacts] | None = None,
 ) -> Governed:
     """Govern a history: what the next model request should see, and a report of why.
 
@@ -113,11 +125,28 @@ def govern(
     from ``tool_definitions`` unless ``tool_tokens`` gives their count. ``instructions``
     overrides the latest request's instructions (what an agent run sends). The context window
     is ``policy.context_window``, else ``context_window_tokens``, else the model's default.
+
+    ``facts`` are the messages' facts for the model's encoding (``message_facts``, perhaps
+    stored with ``MessageFacts.to_json``), one object per message. Given them, governance
+    tokenises no input and reads ``messages`` only by position (``messages[i]``) and only where
+    it must: messages it sends, messages it changes (caps, masks, pair repair) and the request
+    whose instructions it uses; the report comes from the facts. So ``messages`` may load each
+    message on demand. A call on the same history grown (the same facts objects first) reuses
+    what the previous call worked out, as it does for the same message objects without facts.
     """
     policy = policy or Policy()
     tokenizer = tokenizer_for(model)
     token_ids: dict[int, tuple[str, list[int]]] = {}
-    prepared = _prepare(messages, tokenizer, token_ids, _truncated_above(policy))
+    source: Messages
+    if facts is None:
+        prepared = _prepare(messages, tokenizer, token_ids, _truncated_above(policy))
+        assert prepared.messages is not None
+        source = prepared.messages
+    else:
+        if len(facts) != len(messages):
+            raise ValueError(f"{len(facts)} facts given for {len(messages)} messages")
+        prepared = _prepare_stored(facts, tokenizer)
+        source = messages
     # Outputs tokenised by earlier calls but not truncated yet (the current turn's, which
     # truncation scope "older" leaves whole until the turn ends) are truncated from their ids.
     for key, entry in _IDS.get(tokenizer.encoding_name, {}).items():
@@ -128,7 +157,7 @@ def govern(
     if instructions is not None:
         instructions_text: str | None = instructions
     elif prepared.instructions_at is not None:
-        instructions_text = messages[prepared.instructions_at].instructions  # type: ignore[union-attr]
+        instructions_text = source[prepared.instructions_at].instructions  # type: ignore[union-attr]
     else:
         instructions_text = None
     instructions_tokens = tokenizer.count(instructions_text) if instructions_text else 0
@@ -152,7 +181,7 @@ def govern(
     budget = max(budget, 0)
 
     normalized = normalize(
-        messages, input_facts, tokenizer, policy.dangling_call_text, prepared.pairing
+        source, input_facts, tokenizer, policy.dangling_call_text, prepared.pairing
     )
     turn_start, latest_prompt = _current_turn(normalized)
     pinned_positions = (
@@ -221,7 +250,15 @@ def govern(
         "reason": None if fits else _reason(work, budget, system_parts, instructions_tokens),
     }
     return Governed(
-        output, dict(work.evicted), work, summary, normalized, list(messages), input_facts, steps
+        output,
+        dict(work.evicted),
+        work,
+        summary,
+        normalized,
+        input_facts,
+        steps,
+        prepared.reports,
+        prepared.totals,
     )
 
 
@@ -229,10 +266,11 @@ def govern(
 class _Prepared:
     """What a left-to-right pass over a history knows, kept to extend on the next call."""
 
-    messages: list[ModelMessage]
-    parts: list[Sequence[Any]]
+    messages: list[ModelMessage] | None
+    """The messages (None when the caller gave their facts and loads messages on demand)."""
+    parts: list[Sequence[Any]] | None
     """Each message's parts list as seen, to notice a message edited in place."""
-    sizes: list[int]
+    sizes: list[int] | None
     facts: list[MessageFacts]
     pairing: Pairing
     instructions_at: int | None
@@ -244,6 +282,10 @@ class _Prepared:
     """Input indices of the window's landmarks (see ``Landmarks``)."""
     tokens: int
     """Tokens of all the messages."""
+    reports: ReportCache
+    """Message reports of earlier calls on this history, for the next report to reuse."""
+    totals: PartTotals
+    """Prefix sums of the messages' parts and part tokens, for the report."""
     carry: Carry | None = None
     """What the last call on this history governed, for the next call to reuse."""
     extends: _Prepared | None = None
@@ -300,6 +342,8 @@ def _extends(
     previous: _Prepared, messages: Sequence[ModelMessage], parts: list[Any], sizes: list[int]
 ) -> bool:
     """Whether ``messages`` (with these parts lists and sizes) begins with ``previous``'s."""
+    if previous.messages is None or previous.parts is None or previous.sizes is None:
+        return False
     size = len(previous.messages)
     return (
         size <= len(messages)
@@ -307,6 +351,16 @@ def _extends(
         and all(map(operator.is_, previous.messages, messages))
         and all(map(operator.is_, previous.parts, parts))
         and previous.sizes == sizes[:size]
+    )
+
+
+def _extends_facts(previous: _Prepared, facts: list[MessageFacts]) -> bool:
+    """Whether ``facts`` begins with ``previous``'s facts objects (a stored history grown)."""
+    size = len(previous.facts)
+    return (
+        size <= len(facts)
+        and (size == 0 or previous.facts[-1] is facts[size - 1])
+        and all(map(operator.is_, previous.facts, facts))
     )
 
 
@@ -329,35 +383,64 @@ def _prepare(
             token_ids[id(part)] = (text, ids)
             room[0] -= len(ids)
 
-    parts = list(map(_PARTS, messages))
+    held = list(messages)
+    parts = list(map(_PARTS, held))
     sizes = list(map(len, parts))
     recent = _LAST.setdefault(tokenizer.encoding_name, [])
-    previous: _Prepared | None = None
-    for candidate in recent:
-        if _extends(candidate, messages, parts, sizes) and (
-            previous is None or len(candidate.messages) > len(previous.messages)
-        ):
-            previous = candidate
-    known = len(previous.messages) if previous is not None else 0
-    facts: list[MessageFacts] = [None] * len(messages)  # type: ignore[list-item]
-    if known:
-        assert previous is not None
+    previous = _longest(c for c in recent if _extends(c, held, parts, sizes))
+    known = len(previous.facts) if previous is not None else 0
+    facts: list[MessageFacts] = [None] * len(held)  # type: ignore[list-item]
+    if previous is not None:
         facts[:known] = previous.facts
-    for position in range(len(messages) - 1, known - 1, -1):
-        facts[position] = message_facts(messages[position], tokenizer, sink)
-    instructions_at = previous.instructions_at if known and previous is not None else None
-    for position in range(known, len(messages)):
-        message = messages[position]
+    for position in range(len(held) - 1, known - 1, -1):
+        facts[position] = message_facts(held[position], tokenizer, sink)
+    # Read from the messages, not their cached facts: an agent run sets a request's
+    # instructions after the request is in the history.
+    instructions_at = previous.instructions_at if previous is not None else None
+    for position in range(known, len(held)):
+        message = held[position]
         if isinstance(message, ModelRequest) and message.instructions is not None:
             instructions_at = position
-    pairing = (previous.pairing if known and previous is not None else Pairing()).extended(facts)
+    return _prepared(recent, previous, facts, instructions_at, held, parts, sizes)
+
+
+def _prepare_stored(facts: Sequence[MessageFacts], tokenizer: Tokenizer) -> _Prepared:
+    """``_prepare`` from facts the caller holds: the messages are not read."""
+    held = list(facts)
+    recent = _LAST.setdefault(tokenizer.encoding_name, [])
+    previous = _longest(c for c in recent if _extends_facts(c, held))
+    instructions_at = previous.instructions_at if previous is not None else None
+    for position in range(len(previous.facts) if previous is not None else 0, len(held)):
+        if held[position].instructions:
+            instructions_at = position
+    return _prepared(recent, previous, held, instructions_at, None, None, None)
+
+
+def _longest(candidates: Iterable[_Prepared]) -> _Prepared | None:
+    """The remembered history with the most messages among ``candidates``."""
+    return max(candidates, key=lambda c: len(c.facts), default=None)
+
+
+def _prepared(
+    recent: list[_Prepared],
+    previous: _Prepared | None,
+    facts: list[MessageFacts],
+    instructions_at: int | None,
+    messages: list[ModelMessage] | None,
+    parts: list[Sequence[Any]] | None,
+    sizes: list[int] | None,
+) -> _Prepared:
+    """The pass over ``facts`` extended from ``previous``'s, remembered in ``recent``."""
+    known = len(previous.facts) if previous is not None else 0
+    pairing = (previous.pairing if previous is not None else Pairing()).extended(facts)
     if previous is not None:
         system_at, aborted_at = list(previous.system_at), list(previous.aborted_at)
         notices_at, latest_call = list(previous.notices_at), dict(previous.latest_call)
-        tokens = previous.tokens
+        tokens, reports, totals = previous.tokens, previous.reports, previous.totals
     else:
-        system_at, aborted_at, notices_at, latest_call, tokens = [], [], [], {}, 0
-    for position in range(known, len(messages)):
+        system_at, aborted_at, notices_at, latest_call = [], [], [], {}
+        tokens, reports, totals = 0, ReportCache(), PartTotals()
+    for position in range(known, len(facts)):
         fact = facts[position]
         tokens += fact.tokens
         if fact.system_tokens:
@@ -370,7 +453,7 @@ def _prepare(
             for name in fact.tool_names:
                 latest_call[name] = position
     prepared = _Prepared(
-        list(messages),
+        messages,
         parts,
         sizes,
         facts,
@@ -381,6 +464,8 @@ def _prepare(
         notices_at,
         latest_call,
         tokens,
+        reports,
+        totals.extended(facts),
         None,
         previous,
     )
@@ -420,10 +505,9 @@ def _current_turn(normalized: Normalized) -> tuple[int, int | None]:
     results (pair repair may have put them there) whose calls come before it.
     """
     facts = normalized.facts
-    for position in range(len(normalized.messages) - 1, -1, -1):
+    for position in range(len(facts) - 1, -1, -1):
         fact = facts[position]
-        message = normalized.messages[position]
-        if fact.request and fact.user_prompt and notice_omitted(message) is None:
+        if fact.request and fact.user_prompt and not fact.notice:
             start = position
             needed = set(fact.result_ids)
             earlier = position - 1
@@ -455,11 +539,15 @@ def _budget_steps(work: Work, steps: list[tuple[StepName, Detail]]) -> None:
 
 def _assemble(work: Work) -> list[ModelMessage]:
     kept = work.kept
-    positions = list(compress(range(len(work.base)), kept))
+    positions = list(compress(range(len(kept)), kept))
     if not work.materialised.issuperset(positions):
         for position in positions:
             work.materialise(position)
-    output = list(compress(work.messages, kept))
+    governed, base = work.messages, work.base
+    output = [
+        base[position] if message is None else message
+        for position, message in zip(positions, compress(governed, kept), strict=True)
+    ]
     if work.notice is not None:
         at = len(output) if work.notice_before is None else sum(kept[: work.notice_before])
         output.insert(at, work.notice)
@@ -481,177 +569,3 @@ def _reason(work: Work, budget: int, system_parts: int, instructions: int) -> st
         f"instructions {instructions}; the rest of the current turn was shrunk as far as the "
         "policy allows"
     )
-
-
-def _zone(work: Work, position: int) -> Zone:
-    if position in work.pinned_positions:
-        return "pinned"
-    if position <= work.head_end:
-        return "head"
-    if position >= work.tail_start:
-        return "tail"
-    return "middle"
-
-
-class _Tally:
-    """Parts touched and tokens removed, per step."""
-
-    def __init__(self) -> None:
-        self.totals: dict[StepName, list[int]] = {}
-
-    def add(self, step: StepName | None, before: int, after: int) -> None:
-        if step is not None:
-            totals = self.totals.setdefault(step, [0, 0])
-            totals[0] += 1
-            totals[1] += before - after
-
-
-def _part(part: Any, action: Any, before: int, after: int, ref: str | None = None) -> PartReport:
-    return PartReport(
-        part_kind=part.part_kind,
-        tool_name=getattr(part, "tool_name", None),
-        action=action,
-        tokens_before=before,
-        tokens_after=after,
-        ref=ref,
-    )
-
-
-def _build_report(governed: Governed) -> ContextReport:
-    work = governed._work
-    normalized = governed._normalized
-    inputs = governed._inputs
-    input_facts = governed._input_facts
-    summary = governed._summary
-    tally = _Tally()
-    reports: list[MessageReport] = []
-    dropped_inputs = set(normalized.dropped)
-    positions_of = {i: p for p, i in enumerate(work.index) if i is not None}
-    notice_at: int | None = None
-
-    for index, message in enumerate(inputs):
-        fact = input_facts[index]
-        position = positions_of.get(index)
-        if position is None or index in dropped_inputs:
-            parts = [
-                _part(p, "dropped", t, 0)
-                for p, t in zip(message.parts, fact.part_tokens, strict=True)
-            ]
-            for report in parts:
-                tally.add("normalize", report.tokens_before, 0)
-            reports.append(
-                MessageReport(
-                    index=index,
-                    kind=message.kind,
-                    zone="middle",
-                    kept=False,
-                    tokens_before=fact.tokens,
-                    tokens_after=0,
-                    parts=parts,
-                )
-            )
-            continue
-        if position == work.notice_before:
-            notice_at = len(reports)
-        reports.append(
-            _message_report(work, position, message, fact, tally, normalized.removed.get(index, ()))
-        )
-        following = position + 1
-        while following < len(work.index) and work.index[following] is None:
-            if following == work.notice_before:
-                notice_at = len(reports)
-            synthetic = work.base[following]
-            reports.append(_message_report(work, following, synthetic, None, tally, ()))
-            following += 1
-    if work.notice is not None:
-        notice_tokens = message_facts(work.notice, work.tokenizer).tokens
-        tally.add("window", 0, -notice_tokens)
-        reports.insert(
-            len(reports) if notice_at is None else notice_at,
-            MessageReport(
-                index=None,
-                kind="request",
-                zone="middle",
-                kept=True,
-                tokens_before=0,
-                tokens_after=notice_tokens,
-                parts=[_part(work.notice.parts[0], "synthesized", 0, notice_tokens)],
-            ),
-        )
-    steps = [
-        StepReport(
-            step=name,
-            parts=tally.totals.get(name, [0, 0])[0],
-            tokens_removed=tally.totals.get(name, [0, 0])[1],
-            detail=detail if isinstance(detail, str) else detail(),
-        )
-        for name, detail in governed._steps
-    ]
-    return ContextReport(
-        model=summary["model"],
-        encoding=work.tokenizer.encoding_name,
-        exact=work.tokenizer.exact,
-        window_tokens=summary["window_tokens"],
-        system_tokens=summary["system_tokens"],
-        tool_definition_tokens=summary["tool_definition_tokens"],
-        reserved_output_tokens=work.policy.reserved_output_tokens,
-        safety_margin_tokens=summary["safety_margin_tokens"],
-        history_cap_tokens=work.policy.history_cap_tokens or None,
-        budget_tokens=summary["budget_tokens"],
-        tokens_before=summary["tokens_before"],
-        tokens_after=summary["tokens_after"],
-        messages_before=len(inputs),
-        messages_after=len(governed.messages),
-        fits=summary["fits"],
-        reason=summary["reason"],
-        steps=steps,
-        messages=reports,
-        evicted_refs=sorted(governed.evicted),
-    )
-
-
-def _message_report(
-    work: Work,
-    position: int,
-    message: ModelMessage,
-    fact: MessageFacts | None,
-    tally: _Tally,
-    removed: Sequence[int],
-) -> MessageReport:
-    """One input message (``fact`` given) or one added by pair repair (``fact`` None)."""
-    kept = work.kept[position]
-    states = work.states_of(position)
-    drop_step = work.dropped_by.get(position)
-    by_origin = {s.origin: s for s in states if s.origin is not None}
-    parts: list[PartReport] = []
-    if fact is not None:
-        for number, part in enumerate(message.parts):
-            if number in removed:
-                tally.add("normalize", fact.part_tokens[number], 0)
-                parts.append(_part(part, "dropped", fact.part_tokens[number], 0))
-                continue
-            state = by_origin[number]
-            parts.append(_state_report(part, state, kept, drop_step, tally))
-    base_parts = work.base[position].parts
-    for state, part in zip(states, base_parts, strict=True):
-        if state.origin is None:
-            parts.append(_state_report(part, state, kept, drop_step, tally))
-    return MessageReport(
-        index=work.index[position],
-        kind=message.kind,
-        zone=_zone(work, position),
-        kept=kept,
-        tokens_before=fact.tokens if fact is not None else 0,
-        tokens_after=work.tokens[position] if kept else 0,
-        parts=parts,
-    )
-
-
-def _state_report(
-    part: Any, state: PartState, kept: bool, drop_step: StepName | None, tally: _Tally
-) -> PartReport:
-    if not kept:
-        tally.add(drop_step, state.tokens_before, 0)
-        return _part(part, "dropped", state.tokens_before, 0)
-    tally.add(state.step, state.tokens_before, state.tokens_after)
-    return _part(part, state.action, state.tokens_before, state.tokens_after, state.ref)

@@ -170,6 +170,23 @@ class Window(_Model):
         return self
 
 
+class CompactionPolicy(_Model):
+    """When a hub summarises a stored session unasked, so the next request is already small."""
+
+    auto: bool = Field(
+        default=True, description="Compact in the background past the soft threshold."
+    )
+    soft_threshold: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description=(
+            "Fraction of the history budget the effective history may reach before a "
+            "background compaction starts; below 1 so it runs before governance must drop."
+        ),
+    )
+
+
 class Policy(_Model):
     """Every knob of context governance; see the module docstring for where defaults come from."""
 
@@ -192,6 +209,18 @@ class Policy(_Model):
         default=True,
         description="Last resort: shrink the newest tool outputs proportionally to fit.",
     )
+    compaction: CompactionPolicy = CompactionPolicy()
+
+    def history_budget(self, window_tokens: int, fixed_tokens: int = 0) -> int:
+        """Tokens the history may take in a window: the window less ``fixed_tokens`` (system
+        prompt, instructions, tool definitions), reserved output and the safety margin, capped."""
+        window = self.context_window or window_tokens
+        budget = (
+            window - fixed_tokens - self.reserved_output_tokens - int(window * self.safety_margin)
+        )
+        if self.history_cap_tokens:
+            budget = min(budget, self.history_cap_tokens)
+        return max(budget, 0)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

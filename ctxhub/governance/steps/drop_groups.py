@@ -14,7 +14,7 @@ from .._work import Work
 def iteration_groups(work: Work) -> list[tuple[int, int]]:
     """(response, request) positions of the current turn's complete iteration groups."""
     groups: list[tuple[int, int]] = []
-    last = len(work.base) - 1
+    last = len(work.facts) - 1
     for position in range(work.turn_start, last):
         fact = work.facts[position]
         answer = work.facts[position + 1]

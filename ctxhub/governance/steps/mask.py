@@ -7,9 +7,15 @@ results governance already replaced (placeholders, previews) are left as they ar
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter, not_
+
 from .._work import Transform, Work, plain_output, with_content
 from ..counting import Part, cached_part_tokens, part_cache
 from ..tokens import Tokenizer
+
+_MASKABLE = attrgetter("maskable")
+_TOOL_NAMES = attrgetter("tool_names")
 
 
 def placeholder(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | None:
@@ -69,8 +75,21 @@ def mask(work: Work) -> None:
 
 
 def masked_count(work: Work) -> int:
-    """The number of results masking replaced (for the report; it walks the masked span)."""
+    """The number of results masking replaced (for the report).
+
+    Inside the span every maskable result is masked but in exempt messages, so the inside is
+    counted from the facts in a few C-level passes; only the span's two ends are looked at.
+    """
     span = work.mask_span
     if span is None:
         return 0
-    return sum(len(work.masked_at(p) or ()) for p in range(span[0], span[2] + 1))
+    first, last = span[0], span[2]
+    ends = {first, last}
+    count = sum(len(work.masked_at(p) or ()) for p in ends)
+    inside = work.facts[first + 1 : last]
+    count += sum(map(len, map(_MASKABLE, inside)))
+    exempt = {p for p in work.pinned_positions if first < p < last}
+    if work.protected:
+        touching = map(not_, map(work.protected.isdisjoint, map(_TOOL_NAMES, inside)))
+        exempt.update(compress(range(first + 1, last), touching))
+    return count - sum(len(work.facts[p].maskable) for p in exempt)

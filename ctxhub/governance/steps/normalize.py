@@ -29,7 +29,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from .._work import rebuilt
+from .._work import Messages, rebuilt
 from ..counting import (
     MessageFacts,
     Part,
@@ -45,11 +45,39 @@ _AFTER_ANY = 1 << 62
 """Larger than any position, so a bisect on (index, _AFTER_ANY) lands after that index's run."""
 
 
+class Repaired:
+    """The repaired history's messages, each read from the input only when asked for.
+
+    Messages pair repair rebuilt or added are held here; every other position is the input
+    message at its index, so a history given lazily is loaded only where governance looks.
+    """
+
+    __slots__ = ("_index", "_inputs", "_own")
+
+    def __init__(
+        self, inputs: Messages, index: list[int | None], own: dict[int, ModelMessage]
+    ) -> None:
+        self._inputs = inputs
+        self._index = index
+        self._own = own
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, position: int) -> ModelMessage:
+        own = self._own.get(position)
+        if own is not None:
+            return own
+        index = self._index[position]
+        assert index is not None
+        return self._inputs[index]
+
+
 @dataclass
 class Normalized:
     """The repaired history and how each of its messages relates to the input."""
 
-    messages: list[ModelMessage]
+    messages: Messages
     facts: list[MessageFacts]
     index: list[int | None]
     """Input index of each message; None for a message added to hold synthetic results."""
@@ -132,7 +160,7 @@ class Pairing:
 
 
 def normalize(
-    messages: Sequence[ModelMessage],
+    messages: Messages,
     facts: Sequence[MessageFacts],
     tokenizer: Tokenizer,
     dangling_text: str,
@@ -141,71 +169,72 @@ def normalize(
     """Repair tool-call pairing; cheap when nothing needs repair (the common case).
 
     ``pairing`` is the pairing of ``facts`` if the caller carried it over from a shorter
-    history (see ``Pairing.extended``); without it, it is computed here.
+    history (see ``Pairing.extended``); without it, it is computed here. Only the messages
+    repair changes (a dangling call's response, the request after it, a request with orphans)
+    are read from ``messages``; the repaired history holds ``messages`` itself when nothing
+    needs repair.
     """
     if pairing is None or pairing.length != len(facts):
         pairing = Pairing().extended(facts)
     dangling, orphans = pairing.outcome()
     if not dangling and not orphans:
-        return Normalized(
-            list(messages), list(facts), list(range(len(messages))), {}, {}, [], False
-        )
-    out: list[ModelMessage] = []
+        return Normalized(messages, list(facts), list(range(len(facts))), {}, {}, [], False)
+    own: dict[int, ModelMessage] = {}
     out_facts: list[MessageFacts] = []
     index: list[int | None] = []
     origins: dict[int, list[int | None]] = {}
     removed: dict[int, list[int]] = {}
     dropped: list[int] = []
     pending: list[ToolReturnPart] = []
+    runs: list[tuple[int, int, int]] = []
 
     def flush_pending() -> None:
         if pending:
             request = _request_for(pending)
-            origins[len(out)] = [None] * len(pending)
-            out.append(request)
+            origins[len(index)] = [None] * len(pending)
+            own[len(index)] = request
             out_facts.append(message_facts(request, tokenizer))
             index.append(None)
             pending.clear()
 
-    runs: list[tuple[int, int, int]] = []
-    size = len(messages)
+    def keep(position: int) -> None:
+        runs.append((position, len(index), 1))
+        out_facts.append(facts[position])
+        index.append(position)
+
+    size = len(facts)
     last = size - 1
     # Only a dangling response, the message after it and a request with orphans can change;
-    # the runs of messages between them are copied whole (no pending results cross a run).
+    # the runs of messages between them are kept whole (no pending results cross a run).
     sites = sorted({*dangling, *(r + 1 for r in dangling if r + 1 < size), *orphans})
     copied = 0
     for position in sites:
         if position > copied:
-            runs.append((copied, len(out), position - copied))
-            out.extend(messages[copied:position])
+            runs.append((copied, len(index), position - copied))
             out_facts.extend(facts[copied:position])
             index.extend(range(copied, position))
         copied = position + 1
-        message = messages[position]
-        if isinstance(message, ModelResponse):
+        if not facts[position].request:
             flush_pending()
-            runs.append((position, len(out), 1))
-            out.append(message)
-            out_facts.append(facts[position])
-            index.append(position)
+            keep(position)
             calls = dangling.get(position)
             if calls:
-                pending.extend(_synthetic(message, calls, dangling_text))
+                response = messages[position]
+                assert isinstance(response, ModelResponse)
+                pending.extend(_synthetic(response, calls, dangling_text))
             continue
         gone = orphans.get(position)
         if not gone and not pending:
-            runs.append((position, len(out), 1))
-            out.append(message)
-            out_facts.append(facts[position])
-            index.append(position)
+            keep(position)
             continue
+        message = messages[position]
         parts: list[Part] = list(message.parts)
         part_origins: list[int | None] = list(range(len(parts)))
         if gone:
             removed[position] = sorted(_result_numbers(parts, gone))
-            keep = [n for n in range(len(parts)) if n not in set(removed[position])]
-            parts = [parts[n] for n in keep]
-            part_origins = list(keep)
+            keep_parts = [n for n in range(len(parts)) if n not in set(removed[position])]
+            parts = [parts[n] for n in keep_parts]
+            part_origins = list(keep_parts)
         if pending:
             at = max((n + 1 for n, p in enumerate(parts) if is_tool_result(p)), default=0)
             parts[at:at] = pending
@@ -214,23 +243,20 @@ def normalize(
         if not parts and position != last and not facts[position].aborted:
             dropped.append(position)
             continue
-        runs.append((position, len(out), 1))
-        if gone or part_origins != list(range(len(message.parts))):
-            new = rebuilt(message, parts)
-            origins[len(out)] = part_origins
-            out.append(new)
-            out_facts.append(message_facts(new, tokenizer))
-        else:
-            out.append(message)
-            out_facts.append(facts[position])
+        new = rebuilt(message, parts)
+        origins[len(index)] = part_origins
+        own[len(index)] = new
+        runs.append((position, len(index), 1))
+        out_facts.append(message_facts(new, tokenizer))
         index.append(position)
     if copied < size:
-        runs.append((copied, len(out), size - copied))
-        out.extend(messages[copied:])
+        runs.append((copied, len(index), size - copied))
         out_facts.extend(facts[copied:])
         index.extend(range(copied, size))
     flush_pending()
-    return Normalized(out, out_facts, index, origins, removed, dropped, True, runs)
+    return Normalized(
+        Repaired(messages, index, own), out_facts, index, origins, removed, dropped, True, runs
+    )
 
 
 def _result_numbers(parts: Sequence[Part], result_numbers: set[int]) -> list[int]:

@@ -20,11 +20,11 @@ from .truncate import truncate_text
 
 def _candidates(work: Work) -> list[tuple[int, int, ToolReturnPart[Any], int]]:
     found: list[tuple[int, int, ToolReturnPart[Any], int]] = []
-    for position in range(work.turn_start, len(work.base)):
+    for position in range(work.turn_start, len(work.facts)):
         if not work.kept[position] or work.exempt(position) or not work.facts[position].result_ids:
             continue
         work.materialise(position)
-        message = work.messages[position]
+        message = work.message_at(position)
         states = work.states_of(position)
         counts = work.facts[position].part_tokens
         for number, part in enumerate(message.parts):

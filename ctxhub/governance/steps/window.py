@@ -18,11 +18,11 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import chain, compress
 from operator import attrgetter, not_
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from .._work import MARK, Work
 from ..counting import message_facts, window_notice
@@ -38,23 +38,11 @@ def notice_omitted(message: ModelMessage) -> int | None:
     return window_notice(message)
 
 
-def _timestamp(message: ModelMessage) -> datetime:
-    if isinstance(message, ModelResponse):
-        return message.timestamp
-    if message.timestamp is not None:
-        return message.timestamp
-    for part in message.parts:
-        stamp = getattr(part, "timestamp", None)
-        if isinstance(stamp, datetime):
-            return stamp
-    return datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def build_notice(work: Work, omitted: int, near: ModelMessage) -> ModelRequest:
+def build_notice(work: Work, omitted: int, timestamp: datetime) -> ModelRequest:
     """The message telling the model how many messages were omitted."""
     text = work.policy.window.notice.format(omitted=omitted)
     return ModelRequest(
-        parts=[UserPromptPart(text, timestamp=_timestamp(near))],
+        parts=[UserPromptPart(text, timestamp=timestamp)],
         metadata={MARK: {"notice": "window", "omitted": omitted}},
     )
 
@@ -166,8 +154,8 @@ def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
         if kind == "messages":
             movable = sum(
                 1
-                for p in range(head_end + 1, len(work.base))
-                if work.kept[p] and p not in sticky and notice_omitted(work.base[p]) is None
+                for p in range(head_end + 1, len(work.facts))
+                if work.kept[p] and p not in sticky and not work.facts[p].notice
             )
             if movable > value:
                 return True
@@ -194,7 +182,7 @@ def window(work: Work) -> int | None:
         return None
 
     start = work.turn_start
-    size = len(work.base)
+    size = len(work.facts)
     middle_sticky = sorted(p for p in sticky if head_end < p < start)
     fixed = sum(
         work.materialise(p)
@@ -204,7 +192,7 @@ def window(work: Work) -> int | None:
     notices = [p for p in notice_positions(work) if head_end < p < start and p not in sticky]
     previous = sum(work.facts[p].omitted for p in notices)
     # Reserve room for the notice at its largest (every middle message omitted).
-    worst = build_notice(work, previous + start, work.base[start])
+    worst = build_notice(work, previous + start, work.facts[start].timestamp)
     available = work.limit - fixed - message_facts(worst, work.tokenizer).tokens
     max_messages: int | None = None
     # The keep target applies however the window fired: a budget-driven cut that kept more
@@ -222,7 +210,7 @@ def window(work: Work) -> int | None:
     # Results in the kept turn whose calls come before it: the cut must go below those calls.
     open_results: set[str] = set()
     calls_in_turn: set[str] = set()
-    for position in range(start, len(work.base)):
+    for position in range(start, len(work.facts)):
         calls_in_turn.update(work.facts[position].call_ids)
         open_results.update(set(work.facts[position].result_ids) - calls_in_turn)
     cut = start if not open_results else head_end + 1
@@ -230,7 +218,7 @@ def window(work: Work) -> int | None:
     # positions already governed read straight from the token list.
     facts, kept, tokens = work.facts, work.kept, work.tokens
     materialised, materialise = work.materialised, work.materialise
-    limit_messages = max_messages if max_messages is not None else len(work.base) + 1
+    limit_messages = max_messages if max_messages is not None else len(work.facts) + 1
     for position in range(start - 1, head_end, -1):
         fact = facts[position]
         if kept[position] and position not in sticky:
@@ -238,8 +226,10 @@ def window(work: Work) -> int | None:
             count += 1
             if taken > available or count > limit_messages:
                 break
-        open_results.update(fact.result_ids)
-        open_results.difference_update(fact.call_ids)
+        if fact.result_ids:
+            open_results.update(fact.result_ids)
+        if open_results and fact.call_ids:
+            open_results.difference_update(fact.call_ids)
         if not open_results:
             cut = position
 
@@ -250,7 +240,7 @@ def window(work: Work) -> int | None:
     # Earlier notices are folded into the new one, not counted as omitted messages.
     omitted = previous + len(dropped) - sum(1 for p in notices if _among(dropped, p))
     first_dropped = dropped[0]
-    work.notice = build_notice(work, omitted, work.base[cut - 1])
+    work.notice = build_notice(work, omitted, work.facts[cut - 1].timestamp)
     work.notice_omitted = omitted
     try:
         work.notice_before = work.kept.index(True, first_dropped)

@@ -61,8 +61,9 @@ def _corpus(rng: random.Random, size: int = 1_500_000) -> str:
 class HistoryGenerator:
     """Messages of one synthetic session, reproducible from ``seed``."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, output_bytes: tuple[int, int] = (2_000, 60_000)) -> None:
         self.rng = random.Random(seed)
+        self.output_bytes = output_bytes
         self.corpus = _corpus(self.rng)
         self.calls = 0
         self.clock = _START
@@ -72,8 +73,8 @@ class HistoryGenerator:
         return self.clock
 
     def output(self) -> str:
-        """A tool output of 2 to 60 KB."""
-        size = self.rng.randint(2_000, 60_000)
+        """A tool output of 2 to 60 KB (or the sizes given)."""
+        size = self.rng.randint(*self.output_bytes)
         start = self.rng.randint(0, len(self.corpus) - size - 1)
         return self.corpus[start : start + size]
 

@@ -129,7 +129,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CTXHUB_CHANNEL_PREFIX", "ctxhub")},
+            "CONFIG": {
+                # No read timeout: a socket's receive loop blocks on Redis for as long as the
+                # session is quiet (redis-py 8 would otherwise cut it, and the page's socket,
+                # every 5 s).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "prefix": env_str("CTXHUB_CHANNEL_PREFIX", "ctxhub"),
+            },
         }
     }
 else:
@@ -147,6 +153,26 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+
+# Compaction jobs. A job that runs longer than the hard limit is killed; the broker hands an
+# unacknowledged message to another worker only after the visibility timeout, which is kept
+# well above that limit so a long job is never run twice at once. A job that died (its worker
+# killed, its message lost with a Redis restart) is found by the sweeper instead, from the
+# heartbeat the job row carries: it runs every CTXHUB_SWEEP_SECONDS in the worker.
+CTXHUB_SUMMARY_MODEL = env_str("CTXHUB_SUMMARY_MODEL", "offline:extractive")
+CTXHUB_JOB_TIME_LIMIT = env_int("CTXHUB_JOB_TIME_LIMIT", 900, minimum=10)
+CTXHUB_JOB_HEARTBEAT_SECONDS = env_int("CTXHUB_JOB_HEARTBEAT_SECONDS", 5, minimum=1)
+CTXHUB_JOB_STALE_SECONDS = env_int("CTXHUB_JOB_STALE_SECONDS", 60, minimum=2)
+CTXHUB_JOB_MAX_DELIVERIES = env_int("CTXHUB_JOB_MAX_DELIVERIES", 3, minimum=1)
+CTXHUB_JOB_MAX_RETRIES = env_int("CTXHUB_JOB_MAX_RETRIES", 5, minimum=0)
+CTXHUB_SWEEP_SECONDS = env_int("CTXHUB_SWEEP_SECONDS", 30, minimum=1)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 4 * CTXHUB_JOB_TIME_LIMIT}
+CELERY_BEAT_SCHEDULE = {
+    "sweep-compaction-jobs": {
+        "task": "sessions.tasks.sweep_jobs",
+        "schedule": float(CTXHUB_SWEEP_SECONDS),
+    }
+}
 
 LOGGING = {
     "version": 1,

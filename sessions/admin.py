@@ -6,7 +6,16 @@ from django.contrib import admin
 from django.db.models import Count, QuerySet, Sum
 from django.http import HttpRequest
 
-from sessions.models import AgentSession, AuditEvent, Compaction, Message
+from sessions.models import (
+    AgentSession,
+    AuditEvent,
+    Clear,
+    Compaction,
+    CompactionJob,
+    EvictedOutput,
+    Message,
+    Pin,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
@@ -77,20 +86,57 @@ class CompactionAdmin(ReadOnlyAdmin):
         "session",
         "first_seq",
         "last_seq",
-        "status",
+        "outcome",
         "tokens_before",
         "tokens_after",
-        "model",
+        "summarizer",
         "created_at",
+        "undone_at",
     ]
-    list_filter = ["status", "model"]
+    list_filter = ["outcome", "summarizer"]
     search_fields = ["session__title", "summary"]
+    list_select_related = ["session"]
+
+
+@admin.register(Clear)
+class ClearAdmin(ReadOnlyAdmin):
+    list_display = ["session", "from_seq", "actor", "created_at", "undone_at"]
+    list_select_related = ["session", "actor"]
+
+
+@admin.register(Pin)
+class PinAdmin(ReadOnlyAdmin):
+    list_display = ["session", "seq", "actor", "created_at", "undone_at"]
+    list_select_related = ["session", "actor"]
+
+
+@admin.register(EvictedOutput)
+class EvictedOutputAdmin(ReadOnlyAdmin):
+    list_display = ["session", "ref", "tokens", "created_at"]
+    search_fields = ["ref", "session__title"]
+    list_select_related = ["session"]
+
+
+@admin.register(CompactionJob)
+class CompactionJobAdmin(ReadOnlyAdmin):
+    list_display = [
+        "session",
+        "trigger",
+        "status",
+        "outcome",
+        "deliveries",
+        "retries",
+        "created_at",
+        "finished_at",
+    ]
+    list_filter = ["status", "trigger", "outcome"]
+    search_fields = ["session__title", "error"]
     list_select_related = ["session"]
 
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "verb", "actor", "session"]
+    list_display = ["created_at", "verb", "actor", "session", "tokens_before", "tokens_after"]
     list_filter = ["verb"]
     search_fields = ["verb", "session__title", "actor__username"]
     list_select_related = ["session", "actor"]

@@ -6,8 +6,9 @@ session's channel-layer group; the socket consumer forwards it and htmx swaps it
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -16,17 +17,25 @@ from django.template.loader import render_to_string
 from sessions.presenters import present_message
 
 if TYPE_CHECKING:
-    from sessions.models import AgentSession, Message
+    from sessions.models import AgentSession, CompactionJob, Message
     from sessions.services import TokenTotals
+
+log = logging.getLogger(__name__)
 
 # The consumer method that forwards a push to its socket.
 PUSH_EVENT = "html.push"
 
 
 def _push(session: AgentSession, html: str) -> None:
+    """Send to everyone watching; a channel layer that is down loses the push, nothing else
+    (pages catch up from the database when their socket reconnects)."""
     layer = get_channel_layer()
-    if layer is not None:
+    if layer is None:
+        return
+    try:
         async_to_sync(layer.group_send)(session.group_name, {"type": PUSH_EVENT, "html": html})
+    except Exception as error:
+        log.warning("live push to %s lost: %s", session.group_name, error)
 
 
 def messages_appended(
@@ -50,5 +59,24 @@ def meter_changed(session: AgentSession, totals: TokenTotals) -> None:
     ) + render_to_string(
         "sessions/_job_status_oob.html",
         {"outcome": {"tokens": totals.tokens, "messages": totals.messages}},
+    )
+    _push(session, html)
+
+
+def job_event(job: CompactionJob, stage: str, **data: Any) -> None:
+    """A compaction job's progress: queued, planning, summarising (chunk i of n), writing,
+    retrying, done or failed with the reason."""
+    html = render_to_string(
+        "sessions/_job_progress.html", {"job": job, "stage": stage, "data": data}
+    )
+    _push(job.session, html)
+
+
+def records_changed(session: AgentSession) -> None:
+    """A clear, pin, compaction or undo changed what the model sees: the new meter."""
+    from sessions.services import token_totals
+
+    html = render_to_string(
+        "sessions/_meter.html", {"session": session, "totals": token_totals(session), "oob": True}
     )
     _push(session, html)

@@ -1,8 +1,10 @@
 """Storage: an append-only log of each session's messages, and records over it.
 
 A stored message is never rewritten or deleted by normal operations: governance works on the
-log and writes its own records (compactions, audit events) beside it. The only columns of a
-message that may change are its token-count cache, which is derived from the payload.
+log and writes its own records beside it (compactions, clears, pins, evicted outputs, audit
+events). The only columns of a message that may change are its counting cache (tokens and the
+engine's facts), which is derived from the payload. A record is never deleted either: undoing
+one stamps it undone, so every earlier view of a session can be rebuilt.
 """
 
 from __future__ import annotations
@@ -35,6 +37,18 @@ class AgentSession(models.Model):
         null=True, blank=True, help_text="Overrides the model's default context window."
     )
     policy = models.JSONField(default=dict, blank=True, help_text="Governance policy overrides.")
+    summarizer = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Model that writes this session's summaries; blank: CTXHUB_SUMMARY_MODEL.",
+    )
+    revision = models.PositiveBigIntegerField(
+        default=0, help_text="Bumped with every record over the log (clear, compaction, undo)."
+    )
+    auto_compaction_paused = models.TextField(
+        blank=True,
+        help_text="Why automatic compaction stopped for this session (blank: it runs).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -67,8 +81,10 @@ class MessageSource(models.TextChoices):
 
 
 class MessageQuerySet(models.QuerySet["Message"]):
-    # Only the token-count cache may change: it is derived from the payload.
-    CACHE_FIELDS: ClassVar[frozenset[str]] = frozenset({"tokens", "encoding", "tokens_exact"})
+    # Only the counting cache may change: it is derived from the payload.
+    CACHE_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"tokens", "encoding", "tokens_exact", "facts"}
+    )
 
     def update(self, **kwargs: Any) -> int:
         if not set(kwargs) <= self.CACHE_FIELDS:
@@ -87,6 +103,11 @@ class Message(models.Model):
     tokens = models.PositiveIntegerField()
     encoding = models.CharField(max_length=32)
     tokens_exact = models.BooleanField(default=True)
+    facts = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What governance needs to plan without parsing the payload, for `encoding`.",
+    )
     content_hash = models.CharField(max_length=64, db_index=True)
     source = models.CharField(max_length=8, choices=MessageSource.choices)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -118,31 +139,74 @@ class Message(models.Model):
         return message_from_payload(self.payload)
 
 
-class CompactionStatus(models.TextChoices):
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
+class Undoable(models.Model):
+    """A record over the log that can be undone: undoing stamps it, nothing is deleted."""
 
-
-class Compaction(models.Model):
-    """A summary standing in for a range of the log; the messages themselves stay."""
-
-    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="compactions")
-    first_seq = models.PositiveIntegerField()
-    last_seq = models.PositiveIntegerField()
-    summary = models.TextField(blank=True)
-    tokens_before = models.PositiveIntegerField(default=0)
-    tokens_after = models.PositiveIntegerField(default=0)
-    model = models.CharField(max_length=200, blank=True)
-    status = models.CharField(
-        max_length=8, choices=CompactionStatus.choices, default=CompactionStatus.PENDING
-    )
-    error = models.TextField(blank=True)
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+")
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    undone_at = models.DateTimeField(null=True, blank=True)
+    undone_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    # Once written, only the undo stamp may be set.
+    MUTABLE_FIELDS: ClassVar[frozenset[str]] = frozenset({"undone_at", "undone_by"})
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            fields = set(kwargs.get("update_fields") or ())
+            if not fields or not fields <= self.MUTABLE_FIELDS:
+                raise AppendOnlyError(
+                    f"{type(self).__name__} records are append-only; only their undo stamp changes"
+                )
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError(f"{type(self).__name__} records are never deleted; undo them")
+
+    @property
+    def active(self) -> bool:
+        return self.undone_at is None
+
+
+class Compaction(Undoable):
+    """A summary standing in for a range of the log; the messages themselves stay.
+
+    ``replacement`` is what the effective history shows instead of the seqs
+    ``first_seq..last_seq``, in order: ``{"seq": n}`` for a message of the log kept as it is (a
+    pin, a protected result, the head), ``{"message": payload, "facts": ...}`` for one the
+    compaction wrote (the summary, the user's own words kept verbatim).
+    """
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="compactions")
+    job = models.OneToOneField(
+        "CompactionJob", null=True, blank=True, on_delete=models.PROTECT, related_name="compaction"
+    )
+    first_seq = models.PositiveIntegerField()
+    last_seq = models.PositiveIntegerField()
+    replacement = models.JSONField()
+    summary = models.TextField(help_text="The summary text (also inside `summary_message`).")
+    summary_message = models.JSONField(help_text="The summary as a stored pydantic-ai message.")
+    ledger = models.JSONField(default=list, help_text="The fact ledger: every item kept.")
+    outcome = models.CharField(max_length=16, help_text="summarized, or fallback (the marker).")
+    error = models.TextField(blank=True, help_text="Why the summariser failed, on a fallback.")
+    summarizer = models.CharField(max_length=200)
+    policy = models.JSONField(help_text="The policy the compaction ran under.")
+    focus = models.TextField(blank=True)
+    summarized_seqs = models.JSONField(help_text="Every log seq the summary stands for.")
+    tokens_before = models.PositiveIntegerField(help_text="Effective history before.")
+    tokens_after = models.PositiveIntegerField(help_text="Effective history after.")
+    messages_before = models.PositiveIntegerField()
+    messages_after = models.PositiveIntegerField()
+    supersedes = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -156,11 +220,133 @@ class Compaction(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.session_id} #{self.first_seq}..#{self.last_seq} ({self.status})"
+        state = "undone" if self.undone_at else "active"
+        return f"{self.session_id} #{self.first_seq}..#{self.last_seq} ({state})"
+
+
+class Clear(Undoable):
+    """``/clear``: the effective history starts at ``from_seq``; everything before stays stored."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="clears")
+    from_seq = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["session", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} clear from #{self.from_seq}"
+
+
+class Pin(Undoable):
+    """A message that governance must keep verbatim; unpinning stamps ``undone_at``."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="pins")
+    seq = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "seq"],
+                condition=models.Q(undone_at__isnull=True),
+                name="one_active_pin_per_message",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} pin #{self.seq}"
+
+
+class EvictedOutput(models.Model):
+    """The full text of a tool output governance replaced by a preview, read back by ``ref``."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="evicted")
+    ref = models.CharField(max_length=64)
+    text = models.TextField()
+    tokens = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "ref"], name="evicted_ref_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.ref}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError("evicted outputs are kept as they were stored")
+        super().save(*args, **kwargs)
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+class CompactionJob(models.Model):
+    """A requested compaction: the row is the truth, the broker message only a wake-up call.
+
+    A worker claims the job (``deliveries`` counts every claim, so a job that kills its worker
+    stops after a few), beats ``heartbeat_at`` while it works and finishes it in the same
+    transaction that writes the compaction. The sweeper re-queues a job whose worker died or
+    whose broker message was lost.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="jobs")
+    key = models.CharField(max_length=64, help_text="Idempotency key of the request.")
+    trigger = models.CharField(max_length=8, help_text="manual or auto")
+    status = models.CharField(
+        max_length=8, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True
+    )
+    focus = models.TextField(blank=True)
+    summarizer = models.CharField(max_length=200)
+    policy = models.JSONField(help_text="The session policy when the job was requested.")
+    plan = models.JSONField(help_text="What the request saw: the seqs to summarise and the state.")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    deliveries = models.PositiveIntegerField(default=0, help_text="Times a worker claimed it.")
+    retries = models.PositiveIntegerField(default=0, help_text="Retries after transient errors.")
+    progress = models.JSONField(default=dict, blank=True, help_text="The latest progress event.")
+    outcome = models.CharField(max_length=24, blank=True)
+    error = models.TextField(blank=True)
+    result = models.JSONField(default=dict, blank=True, help_text="Tokens before and after.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    run_after = models.DateTimeField(null=True, blank=True, help_text="Retry not before.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=models.Q(status__in=["queued", "running"]),
+                name="one_active_job_per_session",
+            )
+        ]
+        indexes = [models.Index(fields=["session", "key"])]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.trigger} compaction job ({self.status})"
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_JOB_STATUSES
 
 
 class AuditEvent(models.Model):
-    """Who did what to a session, when. Immutable."""
+    """Who did what to a session, when, and the governed tokens before and after. Immutable."""
 
     session = models.ForeignKey(
         AgentSession, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_events"
@@ -169,6 +355,8 @@ class AuditEvent(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     verb = models.CharField(max_length=64)
+    tokens_before = models.PositiveIntegerField(null=True, blank=True)
+    tokens_after = models.PositiveIntegerField(null=True, blank=True)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -182,3 +370,6 @@ class AuditEvent(models.Model):
         if not self._state.adding:
             raise AppendOnlyError("audit events are immutable")
         super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError("audit events are immutable")

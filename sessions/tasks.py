@@ -15,3 +15,21 @@ def recount_session_tokens(session_id: str) -> dict[str, Any]:
     session = AgentSession.objects.get(pk=session_id)
     totals = services.recount_tokens(session)
     return {"session": session_id, "messages": totals.messages, "tokens": totals.tokens}
+
+
+@app.task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_compaction(job_id: str) -> str:
+    """One delivery of a compaction job (see ``sessions.jobs.compaction``). The message is
+    acknowledged only once the job is finished, retried or found taken: a worker killed
+    mid-job leaves it for the next delivery or the sweeper."""
+    from sessions.jobs.compaction import run_job
+
+    return run_job(job_id)
+
+
+@app.task(ignore_result=True)
+def sweep_jobs() -> dict[str, int]:
+    """Re-queue compaction jobs whose worker died or whose broker message was lost."""
+    from sessions.jobs.compaction import sweep
+
+    return sweep()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,19 +34,35 @@ def shared_database_url() -> str:
     return f"postgres://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
-def service_env() -> dict[str, str]:
-    return {**os.environ, "DATABASE_URL": shared_database_url(), "PYTHONUNBUFFERED": "1"}
+def service_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": shared_database_url(),
+        "PYTHONUNBUFFERED": "1",
+        **(extra or {}),
+    }
 
 
 @contextmanager
 def running(
-    args: list[str], log: Path, ready: Callable[[], bool], timeout: float = 30
+    args: list[str],
+    log: Path,
+    ready: Callable[[], bool],
+    timeout: float = 30,
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start a process, wait until ``ready()``, stop it afterwards; its output goes to ``log``."""
+    """Start a process, wait until ``ready()``, stop it afterwards; its output goes to ``log``
+    (appended, so a process started again keeps its predecessor's lines)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
+    with log.open("ab") as out:
+        # Its own process group, so stopping it stops its children too (a worker's beat).
         proc = subprocess.Popen(
-            args, cwd=ROOT, env=service_env(), stdout=out, stderr=subprocess.STDOUT
+            args,
+            cwd=ROOT,
+            env=service_env(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             deadline = time.monotonic() + timeout
@@ -58,11 +76,22 @@ def running(
                 time.sleep(0.1)
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    """Stop a process started by ``running`` and everything it started."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    # Children outlive a leader killed on its own; they go with the group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def port_open(port: int) -> Callable[[], bool]:
@@ -83,12 +112,23 @@ def asgi_server(log: Path, port: int | None = None) -> Iterator[str]:
 
 
 @contextmanager
-def celery_worker(log: Path) -> Iterator[None]:
-    """A Celery worker process consuming from the broker at REDIS_URL."""
+def celery_worker(
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    beat: bool = False,
+    hostname: str | None = None,
+    wait: bool = True,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A Celery worker process consuming from the broker at REDIS_URL (``env`` overrides);
+    with ``beat``, it also runs the periodic tasks (the job sweeper). ``wait=False`` yields
+    as soon as it started (for a worker that may die before it could answer a ping)."""
     from ctxhub.celery import app
 
+    hostname = hostname or f"test-{os.getpid()}-{time.monotonic_ns()}@localhost"
+
     def ready() -> bool:
-        return bool(app.control.ping(timeout=0.5))
+        return not wait or bool(app.control.ping(destination=[hostname], timeout=0.5))
 
     args = [
         str(BIN / "celery"),
@@ -100,6 +140,9 @@ def celery_worker(log: Path) -> Iterator[None]:
         "--without-gossip",
         "--without-mingle",
         "--without-heartbeat",
+        f"--hostname={hostname}",
     ]
-    with running(args, log, ready, timeout=60):
-        yield
+    if beat:
+        args += ["--beat", f"--schedule={log.with_suffix('.beat')}"]
+    with running(args, log, ready, timeout=60, env=env) as proc:
+        yield proc

@@ -1,4 +1,4 @@
-"""The only bridge between the ORM and the governance engine.
+"""The log: appending messages (with the facts governance plans from), pages, raw totals.
 
 Views, consumers, tasks and commands call these functions; they never count tokens or build
 messages themselves.
@@ -6,6 +6,7 @@ messages themselves.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,45 +16,53 @@ from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
-from ctxhub.governance.tokens import Tokenizer, context_window, message_tokens, tokenizer_for
+from ctxhub.governance.counting import message_facts
+from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import live
 from sessions.models import AgentSession, Message, MessageKind, MessageSource
 from sessions.payloads import content_hash, message_to_payload, parse_payload
+from sessions.services.governed import session_window
+
+log = logging.getLogger(__name__)
 
 
 def session_tokenizer(session: AgentSession) -> Tokenizer:
     return tokenizer_for(session.model)
 
 
-def session_window(session: AgentSession) -> int:
-    """The context window the session is governed against: its override, else the model's."""
-    return session.context_window or context_window(session.model)
-
-
 def _build(
     session: AgentSession, seq: int, message: ModelMessage, source: str, tokenizer: Tokenizer
 ) -> Message:
     payload = message_to_payload(message)
+    facts = message_facts(message, tokenizer)
     return Message(
         session=session,
         seq=seq,
         kind=MessageKind.REQUEST if isinstance(message, ModelRequest) else MessageKind.RESPONSE,
         payload=payload,
-        tokens=message_tokens(message, tokenizer),
+        tokens=facts.tokens,
         encoding=tokenizer.encoding_name,
         tokens_exact=tokenizer.exact,
+        facts=facts.to_json(),
         content_hash=content_hash(payload),
         source=source,
     )
 
 
 def append_messages(
-    session: AgentSession, items: Iterable[ModelMessage | Any], *, source: str = MessageSource.API
+    session: AgentSession,
+    items: Iterable[ModelMessage | Any],
+    *,
+    source: str = MessageSource.API,
+    auto_compact: bool = True,
 ) -> list[Message]:
     """Append messages to the end of a session's log, all or none.
 
     Each item is a ``ModelMessage`` or its JSON form; JSON is validated first, so a bad item
-    raises ``InvalidPayload`` (naming the field) before anything is written.
+    raises ``InvalidPayload`` (naming the field) before anything is written. Once committed, the
+    new messages are pushed live, and a session that passed its soft threshold gets a
+    background compaction (queued, never waited for), unless ``auto_compact`` is off (loading
+    a history at once, as the demo data does).
     """
     messages = [
         item if isinstance(item, ModelRequest | ModelResponse) else parse_payload(item)
@@ -72,6 +81,8 @@ def append_messages(
             [_build(session, start + i, m, source, tokenizer) for i, m in enumerate(messages)]
         )
         transaction.on_commit(lambda: live.messages_appended(session, rows, token_totals(session)))
+        if auto_compact:
+            transaction.on_commit(lambda: maybe_auto_compact(session))
     return rows
 
 
@@ -122,23 +133,29 @@ def token_totals(session: AgentSession) -> TokenTotals:
 def recount_tokens(session: AgentSession) -> TokenTotals:
     """Recount every message with the session's current tokenizer and refresh the cache.
 
-    The payloads are untouched: only the derived count columns change, and only where the
-    model (hence the encoding) or the counting rules changed.
+    The payloads are untouched: only the derived counting columns (tokens and facts) change,
+    and only where the model (hence the encoding) or the counting rules changed.
     """
     tokenizer = session_tokenizer(session)
-    stale: dict[tuple[int, str, bool], list[int]] = {}
-    for row in session.messages.only("pk", "payload", "tokens", "encoding", "tokens_exact"):
-        tokens = message_tokens(row.message, tokenizer)
-        if (row.tokens, row.encoding, row.tokens_exact) != (
-            tokens,
+    stale: list[tuple[int, Any]] = []
+    rows = session.messages.only("pk", "payload", "tokens", "encoding", "tokens_exact", "facts")
+    for row in rows:
+        facts = message_facts(row.message, tokenizer)
+        stored = facts.to_json()
+        if (row.tokens, row.encoding, row.tokens_exact, row.facts) != (
+            facts.tokens,
             tokenizer.encoding_name,
             tokenizer.exact,
+            stored,
         ):
-            stale.setdefault((tokens, tokenizer.encoding_name, tokenizer.exact), []).append(row.pk)
+            stale.append((row.pk, facts))
     with transaction.atomic():
-        for (tokens, encoding, exact), pks in stale.items():
-            Message.objects.filter(pk__in=pks).update(
-                tokens=tokens, encoding=encoding, tokens_exact=exact
+        for pk, facts in stale:
+            Message.objects.filter(pk=pk).update(
+                tokens=facts.tokens,
+                encoding=tokenizer.encoding_name,
+                tokens_exact=tokenizer.exact,
+                facts=facts.to_json(),
             )
     totals = token_totals(session)
     live.meter_changed(session, totals)
@@ -166,3 +183,15 @@ def sessions_for(user: Any) -> list[SessionSummary]:
         SessionSummary(row, row.message_count, row.token_total or 0, session_window(row))
         for row in rows
     ]
+
+
+def maybe_auto_compact(session: AgentSession) -> None:
+    """Queue a background compaction when the session passed its soft threshold (see
+    ``sessions.services.compaction.auto_compact``); an append never waits for it, nor fails
+    because of it."""
+    from sessions.services.compaction import auto_compact
+
+    try:
+        auto_compact(session)
+    except Exception:  # the append is committed; a failed check must not turn it into an error
+        log.exception("auto-compaction check of session %s failed", session.pk)

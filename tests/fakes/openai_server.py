@@ -4,7 +4,9 @@
 answering with plain JSON or, when the request asks for ``stream``, server-sent events. What it
 answers is decided by ``replies`` (a queue of texts or tool calls; when empty it answers a fixed
 text) and it can be told to refuse any request above a size with OpenAI's own
-``context_length_exceeded`` error. Every request body is recorded in ``requests``.
+``context_length_exceeded`` error, to answer the next requests with HTTP errors (``failures``:
+a 429 with its Retry-After, a 503), to take its time (``delay``) or to run a hook on each
+request (``on_request``). Every request body is recorded in ``requests``.
 
 Use it through the ``fake_openai`` fixture::
 
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -59,6 +62,11 @@ class FakeOpenAI:
     max_prompt_chars: int | None = None
     """Requests whose messages exceed this many characters get ``context_length_exceeded``."""
     requests: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    """(status, headers) answered, in order, before any reply."""
+    delay: float = 0.0
+    """Seconds each answer waits."""
+    on_request: Callable[[dict[str, Any]], None] | None = None
     overflows: int = 0
     url: str = ""
     _server: ThreadingHTTPServer | None = None
@@ -119,9 +127,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests read ``requests`` instead."""
 
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
+    def _json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.end_headers()
@@ -135,6 +147,18 @@ class _Handler(BaseHTTPRequestHandler):
             return
         state = self.state
         state.requests.append(body)
+        if state.on_request is not None:
+            state.on_request(body)
+        if state.delay:
+            time.sleep(state.delay)
+        if state.failures:
+            status, headers = state.failures.pop(0)
+            self._json(
+                status,
+                {"error": {"message": f"fake failure {status}", "type": "server_error"}},
+                headers,
+            )
+            return
         if state.overflowing(body):
             state.overflows += 1
             size = prompt_chars(body) // 4

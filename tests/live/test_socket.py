@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -57,6 +58,17 @@ def test_a_message_appended_elsewhere_reaches_the_socket_as_html(
     assert "Run the tests" in html
     assert "42 passed in 3.1s" in html
     assert '<strong data-testid="message-total">3</strong>' in html
+
+
+def test_a_quiet_socket_stays_open_and_still_receives(server: str, alice: object) -> None:
+    # Longer than a Redis client's default read timeout: the layer's blocking receive must
+    # not end the socket while nothing happens.
+    session = make_session(alice)
+    with _open(server, session.pk, _cookie(alice)) as socket:
+        time.sleep(7)
+        services.append_message(session, user("after a quiet spell"))
+        html = socket.recv(timeout=15)
+    assert "after a quiet spell" in html
 
 
 def test_another_user_is_refused(server: str, alice: object, bob: object) -> None:

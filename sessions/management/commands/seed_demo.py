@@ -38,8 +38,10 @@ class Command(BaseCommand):
                     model=spec.model,
                     context_window=spec.context_window,
                 )
+                # A history loaded at once, as it was recorded: compacting it is left to
+                # whoever opens it.
                 rows = services.append_messages(
-                    session, demo_messages(spec), source=MessageSource.DEMO
+                    session, demo_messages(spec), source=MessageSource.DEMO, auto_compact=False
                 )
             self.stdout.write(f"  {spec.title}: {len(rows)} messages")
         self.stdout.write(self.style.SUCCESS(f"Demo data ready; log in as {username} / {password}"))

@@ -1,0 +1,180 @@
+"""Governed context of a stored 20,000-message session against loading its whole log.
+
+Run from the repository root (PostgreSQL recommended; without DATABASE_URL a throwaway SQLite
+file is used):
+
+    DATABASE_URL=postgres://... .venv/bin/python benchmarks/bench_governed.py --profile chatty
+
+It stores one generated session (once per database and profile), then measures, each in a fresh
+process so nothing is cached in Python:
+
+* baseline: every payload of the log read from the database and parsed with
+  ``ModelMessagesTypeAdapter`` (what a naive governed context would start with);
+* cold: ``governed_context(session)`` with its report, in a fresh process;
+* after an append: in a process that governed the session once, one more message is appended
+  and the governed context taken again.
+
+Ratios are against the baseline measured in the same run. Results go to
+benchmarks/results/governed-<profile>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MESSAGES = 20_000
+REPEATS = 3
+TITLE = "benchmark: {profile} {messages}"
+
+
+def setup_django() -> None:
+    if not os.environ.get("DATABASE_URL"):
+        path = Path(tempfile.gettempdir()) / "ctxhub-bench.sqlite3"
+        os.environ["DATABASE_URL"] = f"sqlite:///{path}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
+    import django
+
+    django.setup()
+
+
+def generated(profile: str, n: int) -> list:  # type: ignore[type-arg]
+    from histories import HistoryGenerator
+
+    # Chatty: short outputs (200-1,200 characters), the worst case for skipping payloads.
+    sizes = (200, 1_200) if profile == "chatty" else (2_000, 60_000)
+    stream = HistoryGenerator(seed=7, output_bytes=sizes).messages()
+    return [next(stream) for _ in range(n)]
+
+
+def stored_session(profile: str, n: int) -> str:
+    """The benchmark session's id, storing it first if this database has none."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from sessions import services
+    from sessions.models import AgentSession
+
+    call_command("migrate", verbosity=0)
+    title = TITLE.format(profile=profile, messages=n)
+    found = AgentSession.objects.filter(title=title).first()
+    if found is not None and found.messages.count() == n:
+        return str(found.pk)
+    owner, _ = get_user_model().objects.get_or_create(username="benchmark")
+    session = AgentSession.objects.create(
+        owner=owner,
+        title=title,
+        model="openai:gpt-4o",
+        policy={"compaction": {"auto": False}},
+    )
+    messages = generated(profile, n)
+    started = time.perf_counter()
+    for start in range(0, n, 500):
+        services.append_messages(session, messages[start : start + 500])
+    print(f"stored {n} messages in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return str(session.pk)
+
+
+def measure(what: str, session_id: str) -> float:
+    """One measurement, in this (fresh) process."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from sessions import services
+    from sessions.models import AgentSession, Message
+
+    session = AgentSession.objects.get(pk=session_id)
+    if what == "baseline":
+        started = time.perf_counter()
+        payloads = list(
+            Message.objects.filter(session=session)
+            .order_by("seq")
+            .values_list("payload", flat=True)
+        )
+        ModelMessagesTypeAdapter.validate_python(payloads)
+        return time.perf_counter() - started
+    if what == "cold":
+        started = time.perf_counter()
+        context = services.governed_context(session)
+        context.report  # noqa: B018  (built on first access: part of the cost)
+        return time.perf_counter() - started
+    assert what == "append"
+    services.governed_context(session).report  # noqa: B018  (this process governed it once)
+    from histories import HistoryGenerator
+
+    message = next(HistoryGenerator(seed=99).messages())
+    services.append_message(session, message)
+    started = time.perf_counter()
+    context = services.governed_context(session)
+    context.report  # noqa: B018
+    return time.perf_counter() - started
+
+
+def in_fresh_process(what: str, session_id: str) -> float:
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", what, "--session", session_id],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", choices=["agentic", "chatty"], default="agentic")
+    parser.add_argument("--messages", type=int, default=MESSAGES)
+    parser.add_argument("--measure", choices=["baseline", "cold", "append"])
+    parser.add_argument("--session")
+    args = parser.parse_args()
+    setup_django()
+    if args.measure:
+        print(measure(args.measure, args.session))
+        return
+    session_id = stored_session(args.profile, args.messages)
+    results: dict[str, list[float]] = {"baseline": [], "cold": [], "append": []}
+    for _ in range(REPEATS):
+        for what in results:
+            results[what].append(in_fresh_process(what, session_id))
+    medians = {what: statistics.median(times) for what, times in results.items()}
+    base = medians["baseline"]
+    print(f"\n{args.profile} session, {args.messages:,} messages, medians of {REPEATS} runs\n")
+    print("| measurement | median s | ratio to baseline | target |")
+    print("|---|---:|---:|---:|")
+    targets = {"baseline": "", "cold": "≤ 0.2", "append": "≤ 0.05"}
+    labels = {
+        "baseline": "load + parse the whole log (baseline)",
+        "cold": "governed context + report, fresh process",
+        "append": "governed context + report after one append",
+    }
+    for what, median in medians.items():
+        print(f"| {labels[what]} | {median:.3f} | {median / base:.3f} | {targets[what]} |")
+    out = ROOT / "benchmarks" / "results" / f"governed-{args.profile}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "messages": args.messages,
+                "profile": args.profile,
+                "runs": results,
+                "medians": medians,
+                "ratios": {k: v / base for k, v in medians.items()},
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,426 @@
+"""The effective history: the log plus the records over it, as the engine governs it.
+
+``effective_history(session)`` starts after the latest active clear, shows each active
+compaction's replacement instead of the range it covers, and hands the active pins to the
+policy as positions. It reads what planning needs from the stored facts of each message (tokens,
+tool-call ids, part kinds), never the payloads: a message is parsed only when the engine asks
+for it (``LazyMessages``), which for a long session is the few it keeps.
+
+A process remembers the effective history of the sessions it served last. When only messages
+were appended since (the records revision is unchanged), it reads the new rows alone and extends
+what it had, keeping the same message and facts objects, so the engine's carried state applies
+and a governed context after an append costs about what the new messages cost.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from django.db import connection, transaction
+from django.db.models import Q, Subquery, TextField
+from django.db.models.functions import Cast
+from pydantic import TypeAdapter
+from pydantic_ai.messages import ModelMessage
+
+from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.tokens import Tokenizer, tokenizer_for
+from sessions.models import AgentSession, Clear, Compaction, Message, Pin
+from sessions.payloads import message_from_payload
+
+_MESSAGE = TypeAdapter[ModelMessage](ModelMessage)
+
+# Messages are read from the database a block of positions at a time: the engine walks from the
+# newest message back (and a compaction reads them all forward), so a block serves the next
+# requests too. Raw payloads of a block are read, but only those asked for are parsed.
+_BLOCK = 128
+
+
+@dataclass(frozen=True, slots=True)
+class RecordState:
+    """The records that shape the effective history, at one revision of the session."""
+
+    revision: int
+    from_seq: int
+    clear_id: int | None
+    compactions: tuple[AppliedCompaction, ...]
+    """Applied compactions, in log order (non-overlapping)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedCompaction:
+    id: int
+    first_seq: int
+    last_seq: int
+    replacement: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a position of the effective history comes from."""
+
+    seq: int | None
+    """The log seq of a log message; None for a message a compaction wrote."""
+    compaction: int | None = None
+    """The compaction whose replacement holds this position, if any."""
+
+
+class LazyMessages(Sequence[ModelMessage]):
+    """The effective history's messages, parsed only when asked for, by index.
+
+    The same position gives the same object every time, so the engine's identity caches hold.
+    Slicing or iterating parses everything (correct, but what the engine avoids).
+    """
+
+    def __init__(
+        self,
+        session_id: Any,
+        sources: list[Source],
+        inline: dict[int, dict[str, Any]],
+        loaded: dict[int, ModelMessage] | None = None,
+        raw: dict[int, str] | None = None,
+    ) -> None:
+        self._session_id = session_id
+        self._sources = sources
+        self._inline = inline
+        self._loaded: dict[int, ModelMessage] = {} if loaded is None else loaded
+        self._raw: dict[int, str] = {} if raw is None else raw
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    @overload
+    def __getitem__(self, index: int) -> ModelMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ModelMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> ModelMessage | list[ModelMessage]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self._sources)
+        found = self._loaded.get(index)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._loaded.get(index)
+            if found is None:
+                found = self._load(index)
+                self._loaded[index] = found
+        return found
+
+    def __iter__(self) -> Iterator[ModelMessage]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def parsed(self) -> int:
+        """How many messages were parsed so far (for tests and benchmarks)."""
+        return len(self._loaded)
+
+    def extended(self, sources: list[Source], inline: dict[int, dict[str, Any]]) -> LazyMessages:
+        """The same history grown at its end: what was parsed is shared."""
+        return LazyMessages(self._session_id, sources, inline, self._loaded, self._raw)
+
+    def _load(self, index: int) -> ModelMessage:
+        payload = self._inline.get(index)
+        if payload is not None:
+            return message_from_payload(payload)
+        seq = self._sources[index].seq
+        assert seq is not None
+        raw = self._raw.pop(seq, None)
+        if raw is None:
+            self._fetch_block(index)
+            raw = self._raw.pop(seq)
+        return _MESSAGE.validate_json(raw)
+
+    def _fetch_block(self, index: int) -> None:
+        """Read the raw payloads of the log messages in the block holding ``index``."""
+        low = index - index % _BLOCK
+        high = min(len(self._sources), low + _BLOCK)
+        seqs = [
+            s.seq
+            for p in range(low, high)
+            if (s := self._sources[p]).seq is not None and p not in self._loaded
+        ]
+        rows = (
+            Message.objects.filter(session_id=self._session_id, seq__in=seqs)
+            .annotate(raw=Cast("payload", output_field=TextField()))
+            .values_list("seq", "raw")
+        )
+        self._raw.update(rows)
+
+
+@dataclass
+class EffectiveHistory:
+    """The list the engine governs for a session, with where each position comes from."""
+
+    session_id: Any
+    encoding: str
+    state: RecordState
+    last_seq: int
+    """The newest seq of the log (-1 for an empty log)."""
+    sources: list[Source]
+    facts: list[MessageFacts]
+    messages: LazyMessages
+    inline: dict[int, dict[str, Any]]
+    tokens: int
+    """Tokens of the effective history (instructions not included)."""
+    evicted_refs: set[str] = field(default_factory=set)
+    """References of evicted outputs known to be stored (shared as the history grows)."""
+    _positions: dict[int, int] | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def position_of(self, seq: int) -> int | None:
+        """The position of a log message in the effective history; None if it is not shown."""
+        if self._positions is None:
+            self._positions = {s.seq: p for p, s in enumerate(self.sources) if s.seq is not None}
+        return self._positions.get(seq)
+
+    def seq_at(self, position: int) -> int | None:
+        return self.sources[position].seq
+
+    def positions(self, seqs: Sequence[int]) -> frozenset[int]:
+        """Positions of those of ``seqs`` the effective history shows."""
+        found = (self.position_of(s) for s in seqs)
+        return frozenset(p for p in found if p is not None)
+
+
+def record_state(session: AgentSession, revision: int | None = None) -> RecordState:
+    """The active clear and applied compactions of a session."""
+    if revision is None:
+        revision = AgentSession.objects.values_list("revision", flat=True).get(pk=session.pk)
+    clear = (
+        Clear.objects.filter(session=session, undone_at__isnull=True)
+        .order_by("-created_at", "-id")
+        .values_list("id", "from_seq")
+        .first()
+    )
+    from_seq = clear[1] if clear else 0
+    rows = (
+        Compaction.objects.filter(session=session, undone_at__isnull=True, last_seq__gte=from_seq)
+        .order_by("-created_at", "-id")
+        .values_list("id", "first_seq", "last_seq", "replacement")
+    )
+    applied: list[AppliedCompaction] = []
+    for pk, first, last, replacement in rows:
+        # The newest compaction wins where ranges overlap: it was made over the older one's
+        # summary. One that began before the clear is hidden by the clear.
+        if first < from_seq or any(first <= a.last_seq and a.first_seq <= last for a in applied):
+            continue
+        applied.append(AppliedCompaction(pk, first, last, tuple(replacement)))
+    applied.sort(key=lambda a: a.first_seq)
+    return RecordState(revision, from_seq, clear[0] if clear else None, tuple(applied))
+
+
+def _facts(data: Any, encoding: str, wanted: str) -> MessageFacts | None:
+    if data is None or encoding != wanted:
+        return None
+    try:
+        return MessageFacts.from_json(data)
+    except ValueError:
+        return None
+
+
+def _refresh_facts(
+    session_id: Any, seqs: list[int], tokenizer: Tokenizer
+) -> dict[int, MessageFacts]:
+    """Facts of messages stored without them (or for another encoding), computed and cached."""
+    refreshed: dict[int, MessageFacts] = {}
+    rows = Message.objects.filter(session_id=session_id, seq__in=seqs).only("pk", "seq", "payload")
+    with transaction.atomic():
+        for row in rows:
+            facts = message_facts(row.message, tokenizer)
+            refreshed[row.seq] = facts
+            Message.objects.filter(pk=row.pk).update(
+                facts=facts.to_json(),
+                tokens=facts.tokens,
+                encoding=tokenizer.encoding_name,
+                tokens_exact=tokenizer.exact,
+            )
+    return refreshed
+
+
+def _log_rows(
+    session_id: Any, state: RecordState, after_seq: int, tokenizer: Tokenizer
+) -> list[tuple[int, MessageFacts]]:
+    """(seq, facts) of the log messages after ``after_seq`` the records leave visible."""
+    first = max(after_seq + 1, state.from_seq)
+    rows = Message.objects.filter(session_id=session_id, seq__gte=first)
+    hidden = Q()
+    kept: list[int] = []
+    for compaction in state.compactions:
+        if compaction.last_seq > after_seq:
+            hidden |= Q(seq__gte=compaction.first_seq, seq__lte=compaction.last_seq)
+            kept += [item["seq"] for item in compaction.replacement if "seq" in item]
+    if hidden:
+        rows = rows.filter(~hidden | Q(seq__in=kept))
+    found = list(rows.order_by("seq").values_list("seq", "facts", "encoding"))
+    wanted = tokenizer.encoding_name
+    parsed = [(seq, _facts(data, encoding, wanted)) for seq, data, encoding in found]
+    stale = [seq for seq, facts in parsed if facts is None]
+    refreshed = _refresh_facts(session_id, stale, tokenizer) if stale else {}
+    return [(seq, facts if facts is not None else refreshed[seq]) for seq, facts in parsed]
+
+
+def _compaction_items(
+    compaction: AppliedCompaction, log: dict[int, MessageFacts], tokenizer: Tokenizer
+) -> Iterator[tuple[Source, MessageFacts, dict[str, Any] | None]]:
+    for item in compaction.replacement:
+        if "seq" in item:
+            seq = item["seq"]
+            if seq in log:
+                yield Source(seq, compaction.id), log[seq], None
+            continue
+        payload = item["message"]
+        facts = _facts(item.get("facts"), item.get("encoding", ""), tokenizer.encoding_name)
+        if facts is None:
+            facts = message_facts(message_from_payload(payload), tokenizer)
+        yield Source(None, compaction.id), facts, payload
+
+
+def _build(
+    session_id: Any,
+    encoding: str,
+    state: RecordState,
+    rows: list[tuple[int, MessageFacts]],
+    tokenizer: Tokenizer,
+    base: EffectiveHistory | None,
+) -> EffectiveHistory:
+    """The effective history from log rows (after ``base``, when extending it)."""
+    if base is not None:
+        sources, facts, inline = list(base.sources), list(base.facts), dict(base.inline)
+        tokens, last_seq = base.tokens, base.last_seq
+    else:
+        sources, facts, inline, tokens, last_seq = [], [], {}, 0, -1
+    log = dict(rows)
+    seqs = [seq for seq, _ in rows]
+    # Log messages and compaction replacements, merged in seq order. A history extended by
+    # appends has no compaction after its end: compactions only cover messages already stored.
+    at = 0
+    pending = [c for c in state.compactions if c.first_seq > last_seq]
+    for compaction in pending:
+        while at < len(seqs) and seqs[at] < compaction.first_seq:
+            sources.append(Source(seqs[at]))
+            facts.append(log[seqs[at]])
+            at += 1
+        for source, fact, payload in _compaction_items(compaction, log, tokenizer):
+            if payload is not None:
+                inline[len(sources)] = payload
+            sources.append(source)
+            facts.append(fact)
+        at = bisect_left(seqs, compaction.last_seq + 1)
+    for seq in seqs[at:]:
+        sources.append(Source(seq))
+        facts.append(log[seq])
+    new = facts[len(base.facts) if base is not None else 0 :]
+    tokens += sum(f.tokens for f in new)
+    if seqs:
+        last_seq = max(last_seq, seqs[-1])
+    messages = (
+        base.messages.extended(sources, inline)
+        if base is not None
+        else LazyMessages(session_id, sources, inline)
+    )
+    return EffectiveHistory(
+        session_id,
+        encoding,
+        state,
+        last_seq,
+        sources,
+        facts,
+        messages,
+        inline,
+        tokens,
+        base.evicted_refs if base is not None else set(),
+    )
+
+
+class _Remembered:
+    """The effective histories this process built last, per session (a small LRU)."""
+
+    SIZE = 8
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[Any, EffectiveHistory] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> EffectiveHistory | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: Any, history: EffectiveHistory) -> None:
+        with self._lock:
+            self._items[key] = history
+            self._items.move_to_end(key)
+            while len(self._items) > self.SIZE:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+REMEMBERED = _Remembered()
+
+
+def _heads(session: AgentSession) -> tuple[int, int]:
+    """The session's records revision and the newest seq of its log, in one query."""
+    newest = Message.objects.filter(session_id=session.pk).order_by("-seq").values("seq")[:1]
+    revision, last = (
+        AgentSession.objects.filter(pk=session.pk)
+        .annotate(last=Subquery(newest))
+        .values_list("revision", "last")
+        .get()
+    )
+    return revision, -1 if last is None else last
+
+
+def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> EffectiveHistory:
+    """The effective history of a session now (or as it was up to ``upto_seq``, if given)."""
+    tokenizer = tokenizer_for(session.model)
+    encoding = tokenizer.encoding_name
+    revision, last_seq = _heads(session)
+    if upto_seq is not None:
+        state = record_state(session, revision)
+        rows = [r for r in _log_rows(session.pk, state, -1, tokenizer) if r[0] <= upto_seq]
+        return _build(session.pk, encoding, state, rows, tokenizer, None)
+    key = session.pk
+    known = REMEMBERED.get(key)
+    if (
+        known is not None
+        and known.encoding == encoding
+        and known.state.revision == revision
+        and known.last_seq <= last_seq
+    ):
+        if known.last_seq == last_seq:
+            return known
+        rows = _log_rows(session.pk, known.state, known.last_seq, tokenizer)
+        history = _build(session.pk, encoding, known.state, rows, tokenizer, known)
+    else:
+        state = record_state(session, revision)
+        rows = _log_rows(session.pk, state, -1, tokenizer)
+        history = _build(session.pk, encoding, state, rows, tokenizer, None)
+    # Inside a transaction the state read may never commit: only committed states are shared.
+    if not connection.in_atomic_block:
+        REMEMBERED.put(key, history)
+    return history
+
+
+def pinned_seqs(session: AgentSession) -> list[int]:
+    """The seqs of a session's active pins."""
+    return list(
+        Pin.objects.filter(session=session, undone_at__isnull=True)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+    )

@@ -1,0 +1,476 @@
+"""The compaction job: claim, summarise, write the record, or retry, or fail with the reason.
+
+The job row is the truth; a broker message only says "look at job X". So a message delivered
+twice, a worker killed mid-job or a Redis that lost its queue change nothing but timing:
+
+* ``claim`` takes the job in a row lock, counting the delivery; a job already done, or running
+  with a fresh heartbeat elsewhere, is left alone. After ``CTXHUB_JOB_MAX_DELIVERIES`` claims that
+  never finished (each killed its worker) the job is failed instead of run again.
+* While it runs, a thread beats ``heartbeat_at``; ``sweep`` re-queues a running job whose beat
+  stopped (its worker died) and a queued job whose message went missing.
+* The record is written in one transaction, and only if the session's records are still those
+  the summary was made from (appends after the summarised range are fine). Otherwise an
+  automatic job plans again on the new state, and a requested one fails saying why.
+* Transient summariser errors (429, 5xx, timeouts, connection) are retried with backoff, waiting
+  at least what the provider's Retry-After asked; other summariser errors fall back to the
+  engine's marker, as ``compact`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    ModelConnectionError,
+    ModelRateLimitError,
+    ModelRequestTimeout,
+    ModelServerError,
+    ModelUnavailableError,
+)
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
+
+from ctxhub.governance import Compacted, Policy, compact, resolve_model
+from ctxhub.governance.tokens import tokenizer_for
+from sessions import live
+from sessions.history import effective_history
+from sessions.models import AgentSession, Compaction, CompactionJob, JobStatus
+from sessions.services.compaction import SessionState, replacement_for, session_state
+from sessions.services.records import audit, bump_revision, governed_tokens, lock_session
+
+log = logging.getLogger(__name__)
+
+TRANSIENT = (
+    ModelRateLimitError,
+    ModelUnavailableError,
+    ModelServerError,
+    ModelConnectionError,
+    ModelRequestTimeout,
+    TimeoutError,
+)
+MAX_BACKOFF_SECONDS = 3600.0
+
+
+class Transient(Exception):
+    """The summariser failed in a way worth retrying, after ``retry_after`` seconds if known."""
+
+    def __init__(self, reason: str, retry_after: float | None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class ObservedModel(WrapperModel):
+    """The summariser, watched: a transient error is remembered before ``compact`` falls back."""
+
+    def __init__(self, wrapped: Any) -> None:
+        super().__init__(wrapped)
+        self.transient: BaseException | None = None
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        try:
+            return await super().request(messages, model_settings, model_request_parameters)
+        except TRANSIENT as error:
+            self.transient = error
+            raise
+
+
+# --- dispatching and claiming ------------------------------------------------------------------
+
+
+def dispatch(job: CompactionJob, countdown: float = 0) -> None:
+    """Send the broker message that wakes a worker for ``job``; a broker that is down is
+    logged, not raised: the sweeper sends it again later."""
+    from sessions.tasks import run_compaction
+
+    CompactionJob.objects.filter(pk=job.pk).update(dispatched_at=timezone.now())
+    try:
+        run_compaction.apply_async(args=(str(job.pk),), countdown=countdown)
+    except Exception as error:  # the broker is unreachable: the row stays queued
+        log.warning("could not queue compaction job %s (%s); the sweeper will", job.pk, error)
+
+
+def _stale_before() -> Any:
+    return timezone.now() - timedelta(seconds=settings.CTXHUB_JOB_STALE_SECONDS)
+
+
+def claim(job_id: str) -> CompactionJob | None:
+    """Take the job for this worker, or None when it is finished or being worked on."""
+    with transaction.atomic():
+        job = CompactionJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status in (JobStatus.DONE, JobStatus.FAILED):
+            return None
+        now = timezone.now()
+        if job.status == JobStatus.RUNNING and (
+            job.heartbeat_at is not None and job.heartbeat_at > _stale_before()
+        ):
+            return None
+        if job.run_after is not None and job.run_after > now + timedelta(seconds=1):
+            return None  # an early duplicate of a retry: the retry's own message comes later
+        if job.deliveries >= settings.CTXHUB_JOB_MAX_DELIVERIES:
+            _finish(
+                job,
+                JobStatus.FAILED,
+                error=(
+                    f"gave up after {job.deliveries} attempts that never finished: each one "
+                    "ended with its worker (killed, or out of memory)"
+                ),
+            )
+            return None
+        job.status = JobStatus.RUNNING
+        job.deliveries += 1
+        job.started_at = job.started_at or now
+        job.heartbeat_at = now
+        job.save(update_fields=["status", "deliveries", "started_at", "heartbeat_at"])
+    return job
+
+
+def _finish(job: CompactionJob, status: str, *, outcome: str = "", error: str = "") -> None:
+    job.status = status
+    job.outcome = outcome or job.outcome
+    job.error = error
+    job.finished_at = timezone.now()
+    job.save(update_fields=["status", "outcome", "error", "finished_at"])
+    stage = "done" if status == JobStatus.DONE else "failed"
+    transaction.on_commit(lambda: live.job_event(job, stage))
+
+
+class Heartbeat:
+    """A thread that beats the job's ``heartbeat_at`` while the job works, and reports the
+    progress events the summariser's event loop posts (that loop must not block on the
+    database or the channel layer)."""
+
+    _STOP = object()
+
+    def __init__(self, job: CompactionJob) -> None:
+        self._job = job
+        self._events: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job.pk}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._events.put(self._STOP)
+        self._thread.join()
+
+    def post(self, stage: str, **data: Any) -> None:
+        self._events.put((stage, data))
+
+    def flush(self) -> None:
+        """Wait until every posted event is reported, so later ones arrive after them."""
+        self._events.join()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                try:
+                    event = self._events.get(timeout=settings.CTXHUB_JOB_HEARTBEAT_SECONDS)
+                except queue.Empty:
+                    CompactionJob.objects.filter(pk=self._job.pk, status=JobStatus.RUNNING).update(
+                        heartbeat_at=timezone.now()
+                    )
+                    continue
+                try:
+                    if event is self._STOP:
+                        return
+                    stage, data = event
+                    progress(self._job, stage, **data)
+                finally:
+                    self._events.task_done()
+        finally:
+            connection.close()
+
+
+def progress(job: CompactionJob, stage: str, **data: Any) -> None:
+    """Record and push a progress event (queued, planning, summarising, writing, ...)."""
+    event = {"stage": stage, **data}
+    CompactionJob.objects.filter(pk=job.pk).update(progress=event, heartbeat_at=timezone.now())
+    job.progress = event
+    live.job_event(job, stage, **data)
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def run_job(job_id: str) -> str:
+    """The body of the Celery task: run one delivery of a job; what became of it."""
+    job = claim(job_id)
+    if job is None:
+        return "skipped"
+    try:
+        with Heartbeat(job) as heartbeat:
+            return _run(job, heartbeat)
+    except Transient as error:
+        return _retry(job, str(error), error.retry_after)
+    except Exception as error:
+        log.exception("compaction job %s failed", job.pk)
+        with transaction.atomic():
+            _finish(job, JobStatus.FAILED, error=f"{type(error).__name__}: {error}")
+        return "failed"
+    finally:
+        close_old_connections()
+
+
+def _retry(job: CompactionJob, reason: str, retry_after: float | None) -> str:
+    if job.retries >= settings.CTXHUB_JOB_MAX_RETRIES:
+        with transaction.atomic():
+            _finish(
+                job,
+                JobStatus.FAILED,
+                error=f"the summariser kept failing ({job.retries} retries): {reason}",
+            )
+        return "failed"
+    backoff = min(5.0 * 2**job.retries, MAX_BACKOFF_SECONDS)
+    delay = min(retry_after, MAX_BACKOFF_SECONDS) if retry_after is not None else backoff
+    job.retries += 1
+    job.status = JobStatus.QUEUED
+    job.run_after = timezone.now() + timedelta(seconds=delay)
+    job.error = reason
+    job.save(update_fields=["retries", "status", "run_after", "error"])
+    progress(job, "retrying", reason=reason, seconds=round(delay, 1), retry=job.retries)
+    dispatch(job, countdown=delay)
+    return "retrying"
+
+
+@dataclass(frozen=True)
+class _Basis:
+    """What the summary is made from: the state and the compacted history."""
+
+    state: SessionState
+    compacted: Compacted
+    messages: list[ModelMessage]
+    history: Any
+
+
+def _run(job: CompactionJob, heartbeat: Heartbeat) -> str:
+    session = AgentSession.objects.get(pk=job.session_id)
+    for _ in range(2):
+        basis = _summarise(job, session, heartbeat)
+        if basis is None:
+            return "failed"
+        report = basis.compacted.report
+        heartbeat.flush()
+        if report.outcome in ("nothing_to_compact", "refused"):
+            with transaction.atomic():
+                job.result = {"tokens_before": report.tokens_before}
+                _finish(job, JobStatus.DONE, outcome=report.outcome, error=report.error or "")
+            return report.outcome
+        heartbeat.flush()
+        progress(job, "writing")
+        written = _write(job, session, basis)
+        if written is not None:
+            return written
+    with transaction.atomic():
+        _finish(job, JobStatus.FAILED, error="the session kept changing while it was summarised")
+    return "failed"
+
+
+def _planned_state(job: CompactionJob, session: AgentSession) -> SessionState | None:
+    """The state to summarise: the one requested, or (automatic jobs) the current one."""
+    planned = SessionState(job.plan["revision"], job.plan["last_seq"], tuple(job.plan["pins"]))
+    current = session_state(session)
+    if (current.revision, current.pins) == (planned.revision, planned.pins):
+        return planned
+    if job.trigger == "auto":
+        job.plan = current.as_dict()
+        CompactionJob.objects.filter(pk=job.pk).update(plan=job.plan)
+        return current
+    with transaction.atomic():
+        _finish(
+            job,
+            JobStatus.FAILED,
+            error=(
+                "the session's records changed after the request (a clear, a compaction, an "
+                "undo or a pin): preview and compact again"
+            ),
+        )
+    return None
+
+
+def _summarise(job: CompactionJob, session: AgentSession, heartbeat: Heartbeat) -> _Basis | None:
+    state = _planned_state(job, session)
+    if state is None:
+        return None
+    progress(job, "planning")
+    history = effective_history(session, upto_seq=state.last_seq)
+    messages = list(history.messages)
+    summarizer = ObservedModel(resolve_model(job.summarizer))
+
+    def on_chunk(round_number: int, done: int, total: int) -> None:
+        heartbeat.post("summarising", round=round_number, chunk=done, chunks=total)
+
+    try:
+        compacted = asyncio.run(
+            asyncio.wait_for(
+                compact(
+                    messages,
+                    Policy.model_validate(job.policy),
+                    summarizer=summarizer,
+                    model=session.model,
+                    pinned=history.positions(state.pins),
+                    focus=job.focus or None,
+                    on_chunk=on_chunk,
+                ),
+                timeout=settings.CTXHUB_JOB_TIME_LIMIT,
+            )
+        )
+    except TimeoutError:
+        raise Transient(
+            f"the summariser took longer than {settings.CTXHUB_JOB_TIME_LIMIT} s", None
+        ) from None
+    if summarizer.transient is not None:
+        error = summarizer.transient
+        retry_after = error.retry_after if isinstance(error, ModelAPIError) else None
+        raise Transient(f"{type(error).__name__}: {error}", retry_after)
+    return _Basis(state, compacted, messages, history)
+
+
+def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | None:
+    """Write the compaction if the records are unchanged; None to plan again."""
+    compacted = basis.compacted
+    tokenizer = tokenizer_for(session.model)
+    replacement = replacement_for(basis.history, basis.messages, compacted.messages, tokenizer)
+    report = compacted.report
+    with transaction.atomic():
+        lock_session(session)
+        current = session_state(session)
+        if (current.revision, current.pins) != (basis.state.revision, basis.state.pins):
+            if job.trigger != "auto":
+                _finish(
+                    job,
+                    JobStatus.FAILED,
+                    error=(
+                        "the session's records changed while it was summarised (a clear, a "
+                        "compaction, an undo or a pin): nothing was written"
+                    ),
+                )
+                return "failed"
+            job.plan = current.as_dict()
+            job.save(update_fields=["plan"])
+            return None
+        before = governed_tokens(session)
+        superseded = (
+            Compaction.objects.filter(
+                session=session,
+                undone_at__isnull=True,
+                first_seq__lte=replacement.last_seq,
+                last_seq__gte=replacement.first_seq,
+            )
+            .order_by("-created_at")
+            .first()
+        )
+        record = Compaction.objects.create(
+            session=session,
+            job=job,
+            first_seq=replacement.first_seq,
+            last_seq=replacement.last_seq,
+            replacement=replacement.items,
+            summary=compacted.summary or "",
+            summary_message=replacement.summary_message,
+            ledger=[item.model_dump(mode="json") for item in report.ledger],
+            outcome=report.outcome,
+            error=report.error or "",
+            summarizer=job.summarizer,
+            policy=job.policy,
+            focus=job.focus,
+            summarized_seqs=replacement.summarized_seqs,
+            tokens_before=report.tokens_before,
+            tokens_after=report.tokens_after,
+            messages_before=report.messages_before,
+            messages_after=report.messages_after,
+            supersedes=superseded,
+            actor=job.actor,
+            started_at=job.started_at,
+            finished_at=timezone.now(),
+        )
+        bump_revision(session)
+        after = governed_tokens(session)
+        job.result = {
+            "compaction": record.pk,
+            "tokens_before": report.tokens_before,
+            "tokens_after": report.tokens_after,
+        }
+        job.save(update_fields=["result"])
+        _finish(job, JobStatus.DONE, outcome=report.outcome, error=report.error or "")
+        audit(
+            session,
+            job.actor,
+            "compact",
+            tokens_before=before,
+            tokens_after=after,
+            compaction=record.pk,
+            job=str(job.pk),
+            trigger=job.trigger,
+            first_seq=replacement.first_seq,
+            last_seq=replacement.last_seq,
+            summarized=len(replacement.summarized_seqs),
+        )
+    transaction.on_commit(lambda: live.records_changed(session))
+    return report.outcome
+
+
+# --- the sweeper -------------------------------------------------------------------------------
+
+
+def sweep() -> dict[str, int]:
+    """Re-queue jobs whose worker died (stale heartbeat) or whose message was lost (queued, not
+    started, its message sent long ago); fail those past their deliveries."""
+    stale = _stale_before()
+    now = timezone.now()
+    requeued = failed = 0
+    dead = CompactionJob.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=stale)
+    lost = CompactionJob.objects.filter(status=JobStatus.QUEUED, dispatched_at__lt=stale).exclude(
+        run_after__gt=now
+    )
+    undispatched = CompactionJob.objects.filter(
+        status=JobStatus.QUEUED, dispatched_at__isnull=True, created_at__lt=stale
+    )
+    candidates = [
+        *dead.values_list("pk", flat=True),
+        *lost.values_list("pk", flat=True),
+        *undispatched.values_list("pk", flat=True),
+    ]
+    for job_id in candidates:
+        with transaction.atomic():
+            job = CompactionJob.objects.select_for_update().filter(pk=job_id).first()
+            if job is None or job.status not in (JobStatus.RUNNING, JobStatus.QUEUED):
+                continue
+            if job.status == JobStatus.RUNNING and (
+                job.heartbeat_at is None or job.heartbeat_at >= stale
+            ):
+                continue
+            if job.deliveries >= settings.CTXHUB_JOB_MAX_DELIVERIES:
+                _finish(
+                    job,
+                    JobStatus.FAILED,
+                    error=(
+                        f"gave up after {job.deliveries} attempts that never finished: each "
+                        "one ended with its worker (killed, or out of memory)"
+                    ),
+                )
+                failed += 1
+                continue
+            job.status = JobStatus.QUEUED
+            job.save(update_fields=["status"])
+            transaction.on_commit(partial(dispatch, job))
+            requeued += 1
+    return {"requeued": requeued, "failed": failed}

@@ -1,0 +1,74 @@
+"""The only bridge between the ORM and the governance engine.
+
+Views, consumers, tasks, commands and the API call these functions; they never count tokens,
+build messages or write records themselves.
+"""
+
+from sessions.services.compaction import (
+    CompactionPreview,
+    JobRequest,
+    active_job,
+    auto_compact,
+    preview_compaction,
+    request_compaction,
+    resume_auto_compaction,
+    soft_threshold,
+)
+from sessions.services.errors import Conflict, Invalid, NotFound, ServiceError
+from sessions.services.governed import (
+    GovernedContext,
+    governed_context,
+    history_figures,
+    read_evicted_output,
+    session_policy,
+    session_summarizer,
+    session_window,
+)
+from sessions.services.log import (
+    PAGE_SIZE,
+    SessionSummary,
+    TokenTotals,
+    append_message,
+    append_messages,
+    message_page,
+    recount_tokens,
+    sessions_for,
+    token_totals,
+)
+from sessions.services.records import clear, pin, undo_clear, undo_compaction, unpin
+
+__all__ = [
+    "PAGE_SIZE",
+    "CompactionPreview",
+    "Conflict",
+    "GovernedContext",
+    "Invalid",
+    "JobRequest",
+    "NotFound",
+    "ServiceError",
+    "SessionSummary",
+    "TokenTotals",
+    "active_job",
+    "append_message",
+    "append_messages",
+    "auto_compact",
+    "clear",
+    "governed_context",
+    "history_figures",
+    "message_page",
+    "pin",
+    "preview_compaction",
+    "read_evicted_output",
+    "recount_tokens",
+    "request_compaction",
+    "resume_auto_compaction",
+    "session_policy",
+    "session_summarizer",
+    "session_window",
+    "sessions_for",
+    "soft_threshold",
+    "token_totals",
+    "undo_clear",
+    "undo_compaction",
+    "unpin",
+]

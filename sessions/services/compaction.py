@@ -1,0 +1,403 @@
+"""Compaction of a stored session: preview, request (a job), and the record a job writes.
+
+A compaction is planned by the engine (``plan_compaction``): the messages the window would drop
+are summarised, the head, pins, protected results and the recent tail stay. The plan is a pure
+function of the session's state (records revision, newest seq, policy, pins), so a preview and
+the job that applies it agree, and the state's fingerprint tells whether the history changed in
+between. The job (``sessions.jobs.compaction``) runs the summariser and writes the record; this
+module turns the engine's compacted history into that record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+
+from ctxhub.governance import Policy, is_summary, plan_compaction
+from ctxhub.governance.compact import DEFAULT_SUMMARY_TOKENS, SUMMARY_PREFIX
+from ctxhub.governance.counting import MARK, message_facts
+from ctxhub.governance.tokens import Tokenizer, tokenizer_for
+from sessions.history import EffectiveHistory, effective_history, pinned_seqs
+from sessions.models import (
+    ACTIVE_JOB_STATUSES,
+    AgentSession,
+    AuditEvent,
+    CompactionJob,
+    JobStatus,
+    Message,
+)
+from sessions.payloads import message_to_payload
+from sessions.services.errors import Conflict, Invalid
+from sessions.services.governed import session_policy, session_summarizer, session_window
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """What a compaction plan depends on besides the policy: records, log end and pins."""
+
+    revision: int
+    last_seq: int
+    pins: tuple[int, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"revision": self.revision, "last_seq": self.last_seq, "pins": list(self.pins)}
+
+
+def session_state(session: AgentSession) -> SessionState:
+    revision = AgentSession.objects.values_list("revision", flat=True).get(pk=session.pk)
+    last = Message.objects.filter(session=session).order_by("-seq").values("seq").first()
+    return SessionState(revision, -1 if last is None else last["seq"], tuple(pinned_seqs(session)))
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def fingerprint(
+    session: AgentSession, state: SessionState, policy: Policy, summarizer: str, focus: str
+) -> str:
+    """Identifies one compaction request: the same session, state, policy, summariser and focus
+    always plan the same covered range, so this is also the job's idempotency key."""
+    return _digest(
+        {
+            "session": str(session.pk),
+            "state": state.as_dict(),
+            "policy": policy.model_dump(mode="json"),
+            "summarizer": summarizer,
+            "focus": focus,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class CompactionPreview:
+    """A dry run: exactly which log messages a compaction would summarise and keep."""
+
+    fingerprint: str
+    """Pass it back to ``request_compaction`` to apply this plan (refused if stale)."""
+    focus: str
+    summarizer: str
+    state: SessionState
+    first_seq: int | None
+    last_seq: int | None
+    summarized_seqs: list[int]
+    """Log seqs the summary will stand for (those earlier summaries stood for included)."""
+    kept_seqs: list[int]
+    """Log seqs of the effective history that stay as they are."""
+    kept_user_seqs: list[int]
+    """Summarised user messages whose words stay verbatim beside the summary."""
+    previous_summaries: int
+    tokens_before: int
+    """Tokens of the effective history now."""
+    tokens_kept: int
+    """Tokens of what stays (kept messages and kept user words)."""
+    summary_tokens_max: int
+    """What the summariser may write (its ledger of facts may add to it)."""
+
+    @property
+    def nothing_to_compact(self) -> bool:
+        return not self.summarized_seqs
+
+    @property
+    def tokens_after_estimate(self) -> int:
+        return self.tokens_kept + (0 if self.nothing_to_compact else self.summary_tokens_max)
+
+
+def _covered(history: EffectiveHistory, positions: Sequence[int]) -> tuple[int, int, int, int]:
+    """The log range (and the positions range) a compaction of ``positions`` covers: a
+    compaction's replacement is taken whole, so the range grows to hold any it touches."""
+    spans = {c.id: (c.first_seq, c.last_seq) for c in history.state.compactions}
+
+    def span(position: int) -> tuple[int, int]:
+        source = history.sources[position]
+        if source.compaction is not None:
+            return spans[source.compaction]
+        assert source.seq is not None
+        return source.seq, source.seq
+
+    low_pos, high_pos = min(positions), max(positions)
+    low, high = span(low_pos)[0], span(high_pos)[1]
+    for position in range(low_pos, high_pos + 1):
+        first, last = span(position)
+        low, high = min(low, first), max(high, last)
+    while low_pos > 0 and span(low_pos - 1)[1] >= low:
+        low_pos -= 1
+        low = min(low, span(low_pos)[0])
+    while high_pos < len(history) - 1 and span(high_pos + 1)[0] <= high:
+        high_pos += 1
+        high = max(high, span(high_pos)[1])
+    return low, high, low_pos, high_pos
+
+
+def preview_compaction(session: AgentSession, *, focus: str = "") -> CompactionPreview:
+    """What compacting the session now would summarise and keep; nothing is written.
+
+    The compacted history is assembled as the job will assemble it, with a stand-in summary,
+    so the seqs listed are exactly those the job's record covers.
+    """
+    policy = session_policy(session)
+    summarizer = session_summarizer(session)
+    state = session_state(session)
+    history = effective_history(session)
+    messages = list(history.messages)
+    plan = plan_compaction(
+        messages, policy, model=session.model, pinned=history.positions(state.pins)
+    )
+    key = fingerprint(session, state, policy, summarizer, focus)
+    tokenizer = tokenizer_for(session.model)
+    if not plan.summarized_indices:
+        all_seqs = [s for s in (history.seq_at(p) for p in range(len(history))) if s is not None]
+        return CompactionPreview(
+            key, focus, summarizer, state, None, None, [], all_seqs, [], 0,
+            history.tokens, history.tokens, DEFAULT_SUMMARY_TOKENS,
+        )  # fmt: skip
+    stand_in = ModelRequest(
+        parts=[UserPromptPart(SUMMARY_PREFIX.format(count=len(plan.middle)))],
+        metadata={MARK: {"compaction": "summary"}},
+    )
+    output = plan.assemble(stand_in)
+    replacement = replacement_for(history, messages, output, tokenizer)
+    shown = [history.seq_at(p) for p in range(len(history))]
+    replaced = set(replacement.summarized_seqs)
+    kept_seqs = [s for s in shown if s is not None and s not in replaced]
+    tokens_kept = sum(message_facts(m, tokenizer).tokens for m in output if m is not stand_in)
+    return CompactionPreview(
+        fingerprint=key,
+        focus=focus,
+        summarizer=summarizer,
+        state=state,
+        first_seq=replacement.first_seq,
+        last_seq=replacement.last_seq,
+        summarized_seqs=replacement.summarized_seqs,
+        kept_seqs=kept_seqs,
+        kept_user_seqs=sorted(
+            s for p in plan.kept_user_indices if (s := history.seq_at(p)) is not None
+        ),
+        previous_summaries=len(plan.stripped.summaries),
+        tokens_before=history.tokens,
+        tokens_kept=tokens_kept,
+        summary_tokens_max=DEFAULT_SUMMARY_TOKENS,
+    )
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    job: CompactionJob
+    created: bool
+    """False when an identical request already had a job: that job is returned."""
+
+
+def active_job(session: AgentSession) -> CompactionJob | None:
+    return CompactionJob.objects.filter(session=session, status__in=ACTIVE_JOB_STATUSES).first()
+
+
+def request_compaction(
+    session: AgentSession,
+    *,
+    actor: Any = None,
+    focus: str = "",
+    expected: str | None = None,
+    trigger: str = "manual",
+) -> JobRequest:
+    """Queue a compaction job; the same request twice gives the same job.
+
+    ``expected`` is a preview's fingerprint: when the session changed since that preview (an
+    append, a record, a pin, a policy change) the request is refused as a conflict. A second
+    request while another job of the session is queued or running is refused too, naming it.
+    """
+    from sessions import live
+    from sessions.jobs.compaction import dispatch
+
+    focus = focus.strip()
+    if len(focus) > 2_000:
+        raise Invalid("focus is limited to 2,000 characters", field="focus")
+    policy = session_policy(session)
+    summarizer = session_summarizer(session)
+    state = session_state(session)
+    key = fingerprint(session, state, policy, summarizer, focus)
+    if expected is not None and expected != key:
+        raise Conflict(
+            "the session changed since the preview (a message, a record or the policy): "
+            "preview again",
+            field="expected",
+        )
+    existing = (
+        CompactionJob.objects.filter(session=session, key=key)
+        .exclude(status=JobStatus.FAILED)
+        .first()
+    )
+    if existing is not None:
+        return JobRequest(existing, created=False)
+    try:
+        with transaction.atomic():
+            job = CompactionJob.objects.create(
+                session=session,
+                key=key,
+                trigger=trigger,
+                focus=focus,
+                summarizer=summarizer,
+                policy=policy.model_dump(mode="json"),
+                plan=state.as_dict(),
+                actor=actor if getattr(actor, "is_authenticated", False) else None,
+            )
+    except IntegrityError:
+        running = active_job(session)
+        if running is None:  # it finished in between: the caller may ask again
+            raise Conflict("another compaction of this session just finished; retry") from None
+        raise Conflict(
+            f"a compaction of this session is already {running.status}", job=running
+        ) from None
+    # The queued event goes out before the worker can announce anything later.
+    transaction.on_commit(lambda: live.job_event(job, "queued"))
+    transaction.on_commit(lambda: dispatch(job))
+    return JobRequest(job, created=True)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A compaction as a record: the log range it covers and what stands in its place."""
+
+    first_seq: int
+    last_seq: int
+    items: list[dict[str, Any]]
+    summarized_seqs: list[int]
+    summary_message: dict[str, Any]
+
+
+def replacement_for(
+    history: EffectiveHistory,
+    messages: Sequence[ModelMessage],
+    out: Sequence[ModelMessage],
+    tokenizer: Tokenizer,
+) -> Replacement:
+    """The record that makes the effective history equal ``out``, the compacted history.
+
+    The input and output share their unchanged messages (the same objects), so the changed
+    middle is what lies between the common prefix and the common suffix; it is widened to
+    whole earlier compactions, whose replacements are replaced whole.
+    """
+    size = len(messages)
+    prefix = 0
+    while prefix < min(size, len(out)) and out[prefix] is messages[prefix]:
+        prefix += 1
+    suffix = 0
+    while (
+        suffix < min(size, len(out)) - prefix
+        and out[len(out) - 1 - suffix] is messages[size - 1 - suffix]
+    ):
+        suffix += 1
+    if prefix + suffix >= size:
+        raise Invalid("the compaction changed nothing")
+    low, high, low_pos, high_pos = _covered(history, range(prefix, size - suffix))
+    middle = out[low_pos : len(out) - (size - 1 - high_pos)]
+    kept = {id(messages[p]): p for p in range(low_pos, high_pos + 1)}
+    items: list[dict[str, Any]] = []
+    summary: dict[str, Any] | None = None
+    for message in middle:
+        position = kept.get(id(message))
+        seq = history.seq_at(position) if position is not None else None
+        if position is not None and seq is not None and messages[position] is message:
+            items.append({"seq": seq})
+            continue
+        payload = message_to_payload(message)
+        facts = message_facts(message, tokenizer).to_json()
+        items.append({"message": payload, "facts": facts, "encoding": tokenizer.encoding_name})
+        if is_summary(message):
+            summary = payload
+    if summary is None:
+        raise Invalid("the compacted history holds no summary")
+    kept_seqs = {item["seq"] for item in items if "seq" in item}
+    return Replacement(
+        low,
+        high,
+        items,
+        [s for s in range(low, high + 1) if s not in kept_seqs],
+        summary,
+    )
+
+
+# --- automatic compaction -------------------------------------------------------------------
+
+RUNAWAY_RUNS = 3
+"""Automatic runs in a row that leave the session above its soft threshold before it stops."""
+
+
+def soft_threshold(session: AgentSession, policy: Policy | None = None) -> int:
+    """Effective-history tokens past which the session is compacted in the background."""
+    policy = policy or session_policy(session)
+    budget = policy.history_budget(session_window(session))
+    return int(budget * policy.compaction.soft_threshold)
+
+
+def _ineffective(job: CompactionJob, threshold: int) -> bool:
+    if job.status == JobStatus.FAILED or job.outcome in ("nothing_to_compact", "refused"):
+        return True
+    after = job.result.get("tokens_after")
+    return not isinstance(after, int) or after >= threshold
+
+
+def auto_compact(session: AgentSession) -> CompactionJob | None:
+    """Queue a compaction if the effective history passed the soft threshold and none runs.
+
+    After ``RUNAWAY_RUNS`` automatic runs in a row that did not bring the session under its
+    threshold (failed, refused, or not shrunk enough) automatic compaction stops for the
+    session and says why (``auto_compaction_paused``) until someone resumes it.
+    """
+    policy = session_policy(session)
+    if not policy.compaction.auto:
+        return None
+    paused = AgentSession.objects.values_list("auto_compaction_paused", flat=True).get(
+        pk=session.pk
+    )
+    if paused:
+        return None
+    threshold = soft_threshold(session, policy)
+    tokens = effective_history(session).tokens
+    if tokens < threshold or active_job(session) is not None:
+        return None
+    # Runs before someone last resumed automatic compaction do not count again.
+    resumed = (
+        AuditEvent.objects.filter(session=session, verb="auto_compaction_resumed")
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    runs = CompactionJob.objects.filter(session=session)
+    if resumed is not None:
+        runs = runs.filter(created_at__gt=resumed)
+    recent = list(runs.order_by("-created_at")[:RUNAWAY_RUNS])
+    if len(recent) == RUNAWAY_RUNS and all(
+        j.trigger == "auto" and _ineffective(j, threshold) for j in recent
+    ):
+        reason = (
+            f"stopped after {RUNAWAY_RUNS} automatic compactions in a row left the session "
+            f"above its soft threshold of {threshold} tokens ({tokens} now)"
+        )
+        from sessions.services.records import audit
+
+        with transaction.atomic():
+            AgentSession.objects.filter(pk=session.pk).update(auto_compaction_paused=reason)
+            audit(session, None, "auto_compaction_paused", tokens_before=tokens,
+                  tokens_after=tokens, reason=reason)  # fmt: skip
+        session.auto_compaction_paused = reason
+        return None
+    try:
+        return request_compaction(session, trigger="auto").job
+    except Conflict:  # another request won the race: it runs, which is what was wanted
+        return None
+
+
+def resume_auto_compaction(session: AgentSession, *, actor: Any = None) -> None:
+    """Let automatic compaction run again for a session it stopped for."""
+    from sessions.services.records import audit
+
+    with transaction.atomic():
+        AgentSession.objects.filter(pk=session.pk).update(auto_compaction_paused="")
+        audit(session, actor, "auto_compaction_resumed", tokens_before=None, tokens_after=None)
+    session.auto_compaction_paused = ""

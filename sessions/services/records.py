@@ -1,0 +1,188 @@
+"""Records over the log a person (or an agent) writes directly: clear, pins, undo.
+
+Each change is one transaction that locks the session row (appends and other changes wait),
+writes the record, bumps the session's records revision and an audit event with the governed
+tokens before and after. Nothing here touches a message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from sessions import live
+from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
+from sessions.services.errors import Conflict, Invalid, NotFound
+from sessions.services.governed import governed_context
+
+
+def lock_session(session: AgentSession) -> None:
+    """Lock the session row until commit: appends and other changes to it wait."""
+    AgentSession.objects.select_for_update().filter(pk=session.pk).values_list("pk").get()
+
+
+def bump_revision(session: AgentSession) -> None:
+    """Tell every process that the records changed (their remembered histories are stale)."""
+    AgentSession.objects.filter(pk=session.pk).update(
+        revision=F("revision") + 1, updated_at=timezone.now()
+    )
+
+
+def governed_tokens(session: AgentSession) -> int:
+    return governed_context(session).tokens
+
+
+def audit(
+    session: AgentSession,
+    actor: Any,
+    verb: str,
+    *,
+    tokens_before: int | None,
+    tokens_after: int | None,
+    **data: Any,
+) -> AuditEvent:
+    return AuditEvent.objects.create(
+        session=session,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        verb=verb,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        data=data,
+    )
+
+
+def _actor(actor: Any) -> Any:
+    return actor if getattr(actor, "is_authenticated", False) else None
+
+
+def clear(session: AgentSession, *, actor: Any = None) -> Clear:
+    """``/clear``: the effective history starts after the newest message stored now."""
+    with transaction.atomic():
+        lock_session(session)
+        before = governed_tokens(session)
+        last = Message.objects.filter(session=session).order_by("-seq").values("seq").first()
+        from_seq = 0 if last is None else last["seq"] + 1
+        current = (
+            Clear.objects.filter(session=session, undone_at__isnull=True)
+            .order_by("-created_at", "-id")
+            .first()
+        )
+        if from_seq == 0 or (current is not None and current.from_seq == from_seq):
+            raise Conflict("nothing to clear: the effective history is already empty")
+        record = Clear.objects.create(session=session, from_seq=from_seq, actor=_actor(actor))
+        bump_revision(session)
+        audit(
+            session,
+            actor,
+            "clear",
+            tokens_before=before,
+            tokens_after=governed_tokens(session),
+            clear=record.pk,
+            from_seq=from_seq,
+        )
+    transaction.on_commit(lambda: live.records_changed(session))
+    return record
+
+
+def pin(session: AgentSession, seq: int, *, actor: Any = None) -> Pin:
+    """Pin a message of the effective history: governance keeps it verbatim."""
+    with transaction.atomic():
+        lock_session(session)
+        context = governed_context(session)
+        if context.history.position_of(seq) is None:
+            if not Message.objects.filter(session=session, seq=seq).exists():
+                raise NotFound(f"message #{seq} does not exist in this session", field="seq")
+            raise Invalid(
+                f"message #{seq} is not in the effective history (cleared or summarised); undo "
+                "that first to pin it",
+                field="seq",
+            )
+        existing = Pin.objects.filter(session=session, seq=seq, undone_at__isnull=True).first()
+        if existing is not None:
+            return existing
+        record = Pin.objects.create(session=session, seq=seq, actor=_actor(actor))
+        bump_revision(session)
+        audit(
+            session,
+            actor,
+            "pin",
+            tokens_before=context.tokens,
+            tokens_after=governed_tokens(session),
+            pin=record.pk,
+            seq=seq,
+        )
+    transaction.on_commit(lambda: live.records_changed(session))
+    return record
+
+
+def unpin(session: AgentSession, seq: int, *, actor: Any = None) -> Pin:
+    with transaction.atomic():
+        lock_session(session)
+        before = governed_tokens(session)
+        record = Pin.objects.filter(session=session, seq=seq, undone_at__isnull=True).first()
+        if record is None:
+            raise NotFound(f"message #{seq} is not pinned", field="seq")
+        _stamp(record, actor)
+        bump_revision(session)
+        audit(
+            session,
+            actor,
+            "unpin",
+            tokens_before=before,
+            tokens_after=governed_tokens(session),
+            pin=record.pk,
+            seq=seq,
+        )
+    transaction.on_commit(lambda: live.records_changed(session))
+    return record
+
+
+def _stamp(record: Undoable, actor: Any) -> None:
+    record.undone_at = timezone.now()
+    record.undone_by = _actor(actor)
+    record.save(update_fields=["undone_at", "undone_by"])
+
+
+def undo(session: AgentSession, record: Compaction | Clear, *, actor: Any = None) -> None:
+    """Undo a compaction or a clear: the effective history is again what it was without it."""
+    kind = "compaction" if isinstance(record, Compaction) else "clear"
+    with transaction.atomic():
+        lock_session(session)
+        before = governed_tokens(session)
+        fresh = type(record).objects.select_for_update().filter(pk=record.pk, session=session)
+        current = fresh.first()
+        if current is None:
+            raise NotFound(f"no such {kind} in this session")
+        if current.undone_at is not None:
+            raise Conflict(f"this {kind} was already undone at {current.undone_at:%Y-%m-%d %H:%M}")
+        _stamp(current, actor)
+        bump_revision(session)
+        record.undone_at, record.undone_by = current.undone_at, current.undone_by
+        audit(
+            session,
+            actor,
+            f"undo_{kind}",
+            tokens_before=before,
+            tokens_after=governed_tokens(session),
+            **{kind: record.pk},
+        )
+    transaction.on_commit(lambda: live.records_changed(session))
+
+
+def undo_compaction(session: AgentSession, compaction_id: int, *, actor: Any = None) -> Compaction:
+    record = Compaction.objects.filter(pk=compaction_id, session=session).first()
+    if record is None:
+        raise NotFound("no such compaction in this session")
+    undo(session, record, actor=actor)
+    return record
+
+
+def undo_clear(session: AgentSession, clear_id: int, *, actor: Any = None) -> Clear:
+    record = Clear.objects.filter(pk=clear_id, session=session).first()
+    if record is None:
+        raise NotFound("no such clear in this session")
+    undo(session, record, actor=actor)
+    return record

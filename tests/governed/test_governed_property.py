@@ -1,0 +1,106 @@
+"""Property: whatever appends and records a session went through, its governed context (the
+fast path: stored facts, lazy payloads, a history remembered and extended between calls) equals
+a cold ``govern`` of the effective history built naively from the database."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessions import services
+from sessions.models import Clear, Compaction, Message
+from tests.factories import make_session, reply, user
+from tests.governed.builders import SMALL_POLICY, turn
+from tests.governed.oracle import dump, naive_governed
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.smoke]
+
+POLICIES = [
+    SMALL_POLICY,
+    {**SMALL_POLICY, "eviction": {"threshold_tokens": 300, "preview_chars": 200}},
+    {**SMALL_POLICY, "masking": {"keep_first": 0, "keep_last": 0}, "window": {"keep_head": False}},
+]
+
+append = st.tuples(
+    st.just("append"),
+    st.integers(5, 200),  # tokens per tool output
+    st.integers(0, 3),  # tool calls
+    st.booleans(),  # the last turn left dangling (interrupted)
+    st.integers(1, 4),  # turns
+)
+# Appends and compactions weigh more: nested compactions need history to build up.
+operation = st.one_of(
+    append,
+    append,
+    append,
+    st.just(("compact",)),
+    st.just(("compact",)),
+    st.tuples(st.just("chat"), st.text(min_size=1, max_size=40)),
+    st.just(("clear",)),
+    st.just(("undo_clear",)),
+    st.tuples(st.just("pin"), st.integers(0, 400)),
+    st.tuples(st.just("unpin"), st.integers(0, 400)),
+    st.just(("compact",)),
+    st.just(("undo_compaction",)),
+)
+
+
+def apply(session: Any, op: tuple[Any, ...], counter: list[int]) -> None:
+    name = op[0]
+    if name == "append":
+        _, size, calls, dangling, turns = op
+        messages = []
+        for number in range(turns):
+            counter[0] += 1
+            last = number == turns - 1
+            messages += turn(counter[0], size=size, calls=calls, dangling=dangling and last)
+        services.append_messages(session, messages)
+    elif name == "chat":
+        services.append_messages(session, [user(op[1]), reply("Noted.")])
+    elif name == "clear":
+        with contextlib.suppress(services.Conflict):
+            services.clear(session)
+    elif name == "undo_clear":
+        latest = Clear.objects.filter(session=session, undone_at=None).order_by("-id").first()
+        if latest is not None:
+            services.undo_clear(session, latest.pk)
+    elif name in ("pin", "unpin"):
+        seqs = list(Message.objects.filter(session=session).values_list("seq", flat=True))
+        if seqs:
+            seq = seqs[op[1] % len(seqs)]
+            with contextlib.suppress(services.Invalid, services.NotFound):
+                (services.pin if name == "pin" else services.unpin)(session, seq)
+    elif name == "compact":
+        services.request_compaction(session)
+    elif name == "undo_compaction":
+        latest = Compaction.objects.filter(session=session, undone_at=None).order_by("-id").first()
+        if latest is not None:
+            services.undo_compaction(session, latest.pk)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    policy=st.sampled_from(POLICIES),
+    operations=st.lists(operation, min_size=2, max_size=16),
+)
+def test_the_governed_context_always_equals_a_cold_govern(
+    alice: Any, policy: dict[str, Any], operations: list[tuple[Any, ...]]
+) -> None:
+    session = make_session(alice, title="property", policy=policy)
+    services.append_messages(session, [m for n in range(3) for m in turn(n, size=60)])
+    counter = [3]
+    for op in operations:
+        apply(session, op, counter)
+        session.refresh_from_db()
+        context = services.governed_context(session)
+        cold = naive_governed(session, services.session_policy(session))
+        assert dump(context.messages) == dump(cold.messages), op
+        assert context.report.model_dump() == cold.report.model_dump(), op

@@ -34,10 +34,14 @@ from sessions.payloads import message_from_payload
 
 _MESSAGE = TypeAdapter[ModelMessage](ModelMessage)
 
-# Messages are read from the database a block of positions at a time: the engine walks from the
-# newest message back (and a compaction reads them all forward), so a block serves the next
-# requests too. Raw payloads of a block are read, but only those asked for are parsed.
-_BLOCK = 128
+# Messages are read from the database as the engine asks for them, reading ahead in the
+# direction it walks: it walks runs of positions (the kept tail, newest first, skipping the
+# small ones it need not open; a compaction, everything forward) and touches a few isolated
+# ones (a pair repair: a response and the request after it). A miss near the previous one
+# doubles the read-ahead, up to this many; an isolated miss reads two messages. Raw payloads
+# read ahead are parsed only if asked for.
+_MAX_READ_AHEAD = 256
+_NEAR = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,8 @@ class LazyMessages(Sequence[ModelMessage]):
         self._loaded: dict[int, ModelMessage] = {} if loaded is None else loaded
         self._raw: dict[int, str] = {} if raw is None else raw
         self._lock = threading.Lock()
+        self._last_miss: int | None = None
+        self._read_ahead = 1
 
     def __len__(self) -> int:
         return len(self._sources)
@@ -135,17 +141,24 @@ class LazyMessages(Sequence[ModelMessage]):
         assert seq is not None
         raw = self._raw.pop(seq, None)
         if raw is None:
-            self._fetch_block(index)
+            self._fetch(index)
             raw = self._raw.pop(seq)
         return _MESSAGE.validate_json(raw)
 
-    def _fetch_block(self, index: int) -> None:
-        """Read the raw payloads of the log messages in the block holding ``index``."""
-        low = index - index % _BLOCK
-        high = min(len(self._sources), low + _BLOCK)
+    def _fetch(self, index: int) -> None:
+        """Read the raw payload at ``index``, and ahead of it when the engine walks a run."""
+        step = 0 if self._last_miss is None else index - self._last_miss
+        if step and abs(step) <= self._read_ahead + _NEAR:
+            self._read_ahead = min(2 * self._read_ahead, _MAX_READ_AHEAD)
+        else:
+            self._read_ahead = 2
+        self._last_miss = index
+        direction = -1 if step < 0 else 1
+        end = index + direction * self._read_ahead
+        positions = range(index, max(end, -1) if direction < 0 else min(end, len(self)), direction)
         seqs = [
             s.seq
-            for p in range(low, high)
+            for p in positions
             if (s := self._sources[p]).seq is not None and p not in self._loaded
         ]
         rows = (
@@ -173,6 +186,7 @@ class EffectiveHistory:
     """Tokens of the effective history (instructions not included)."""
     evicted_refs: set[str] = field(default_factory=set)
     """References of evicted outputs known to be stored (shared as the history grows)."""
+
     _positions: dict[int, int] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -374,7 +388,7 @@ class _Remembered:
 REMEMBERED = _Remembered()
 
 
-def _heads(session: AgentSession) -> tuple[int, int]:
+def log_heads(session: AgentSession) -> tuple[int, int]:
     """The session's records revision and the newest seq of its log, in one query."""
     newest = Message.objects.filter(session_id=session.pk).order_by("-seq").values("seq")[:1]
     revision, last = (
@@ -390,7 +404,7 @@ def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> 
     """The effective history of a session now (or as it was up to ``upto_seq``, if given)."""
     tokenizer = tokenizer_for(session.model)
     encoding = tokenizer.encoding_name
-    revision, last_seq = _heads(session)
+    revision, last_seq = log_heads(session)
     if upto_seq is not None:
         state = record_state(session, revision)
         rows = [r for r in _log_rows(session.pk, state, -1, tokenizer) if r[0] <= upto_seq]
@@ -415,6 +429,12 @@ def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> 
     if not connection.in_atomic_block:
         REMEMBERED.put(key, history)
     return history
+
+
+def is_remembered(session: AgentSession) -> bool:
+    """Whether this process holds an effective history of the session it could carry over."""
+    known = REMEMBERED.get(session.pk)
+    return known is not None and known.encoding == tokenizer_for(session.model).encoding_name
 
 
 def pinned_seqs(session: AgentSession) -> list[int]:

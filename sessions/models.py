@@ -280,6 +280,23 @@ class EvictedOutput(models.Model):
         super().save(*args, **kwargs)
 
 
+class GovernedSnapshot(models.Model):
+    """A session's last governed context, for processes that have not governed it (derived
+    data, rewritten freely; see ``sessions.snapshots``)."""
+
+    session = models.OneToOneField(
+        AgentSession, primary_key=True, on_delete=models.CASCADE, related_name="snapshot"
+    )
+    key = models.CharField(max_length=64)
+    messages = models.TextField(help_text="The governed messages, as pydantic-ai JSON.")
+    report = models.TextField(help_text="The ContextReport, as JSON.")
+    seqs = models.TextField(help_text="The log seq of each position of the effective history.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} snapshot {self.key[:12]}"
+
+
 class JobStatus(models.TextChoices):
     QUEUED = "queued"
     RUNNING = "running"

@@ -218,4 +218,16 @@ class Migration(migrations.Migration):
                 'constraints': [models.CheckConstraint(condition=models.Q(('first_seq__lte', models.F('last_seq'))), name='compaction_range_ordered')],
             },
         ),
+    
+        migrations.CreateModel(
+            name='GovernedSnapshot',
+            fields=[
+                ('session', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='snapshot', serialize=False, to='agent_sessions.agentsession')),
+                ('key', models.CharField(max_length=64)),
+                ('messages', models.TextField(help_text='The governed messages, as pydantic-ai JSON.')),
+                ('report', models.TextField(help_text='The ContextReport, as JSON.')),
+                ('seqs', models.TextField(help_text='The log seq of each position of the effective history.')),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+            ],
+        ),
     ]

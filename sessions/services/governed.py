@@ -8,9 +8,12 @@ back by reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import threading
+from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance import (
@@ -23,8 +26,11 @@ from ctxhub.governance import (
     read_evicted,
 )
 from ctxhub.governance.tokens import context_window, tokenizer_for
-from sessions.history import EffectiveHistory, effective_history, pinned_seqs
+from sessions import snapshots
+from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
 from sessions.models import AgentSession, EvictedOutput
+
+log = logging.getLogger(__name__)
 
 
 def session_policy(session: AgentSession) -> Policy:
@@ -45,40 +51,83 @@ def session_summarizer(session: AgentSession) -> str:
     return session.summarizer or settings.CTXHUB_SUMMARY_MODEL
 
 
-@dataclass(frozen=True)
 class GovernedContext:
-    """A session's governed context: the messages to send, the report, and the positions'
-    origins in the log (``seq_of``)."""
+    """A session's governed context: the messages to send, the report, and the log seq of
+    each position of the effective history (``seq_of``)."""
 
-    session: AgentSession
-    history: EffectiveHistory
-    governed: Governed
-    pinned: list[int]
-
-    @property
-    def messages(self) -> list[ModelMessage]:
-        return self.governed.messages
+    def __init__(
+        self,
+        session: AgentSession,
+        messages: list[ModelMessage],
+        seqs: list[int | None],
+        pinned: list[int],
+        *,
+        governed: Governed | None = None,
+        report: ContextReport | None = None,
+    ) -> None:
+        self.session = session
+        self.messages = messages
+        self.seqs = seqs
+        self.pinned = pinned
+        self._governed = governed
+        self._report = report
 
     @property
     def report(self) -> ContextReport:
-        return self.governed.report
+        """The report (built on first access when the context was just governed)."""
+        if self._report is None:
+            assert self._governed is not None
+            self._report = self._governed.report
+        return self._report
 
     @property
     def tokens(self) -> int:
         """Tokens the next request carries (system prompt and instructions included)."""
-        return self.governed.tokens_after
+        if self._governed is not None:
+            return self._governed.tokens_after
+        return self.report.tokens_after
 
     def seq_of(self, index: int | None) -> int | None:
         """The log seq of an effective-history index of the report (None: a record's own
         message, or one governance added)."""
-        return None if index is None else self.history.seq_at(index)
+        return None if index is None else self.seqs[index]
 
 
 def governed_context(session: AgentSession, *, policy: Policy | None = None) -> GovernedContext:
-    """Govern a stored session: its effective history under its policy, model and pins."""
-    history = effective_history(session)
+    """Govern a stored session: its effective history under its policy (or ``policy``, to see
+    what another would do), model and pins.
+
+    A process that governed the session before carries its work over (see
+    ``sessions.history``); one that has not reads the snapshot a previous governance left, if
+    nothing that decides the result changed since (and builds its own carried state in the
+    background, so the request after the next append is governed warm); otherwise the session
+    is governed cold and the snapshot written for the next process.
+    """
+    wait_for_warm_up(session)
     pins = pinned_seqs(session)
-    governed = govern(
+    key = None if policy is not None else snapshots.key(session, pins)
+    warm = is_remembered(session)
+    if key is not None and not warm:
+        found = snapshots.read(session, key)
+        if found is not None:
+            messages, report, seqs = found
+            _warm_up_later(session)
+            return GovernedContext(session, messages, seqs, pins, report=report)
+    history = effective_history(session)
+    governed = _govern(session, history, pins, policy)
+    if governed.evicted:
+        _store_evicted(session, history, governed)
+    seqs = [source.seq for source in history.sources]
+    context = GovernedContext(session, governed.messages, seqs, pins, governed=governed)
+    if key is not None and not warm:
+        snapshots.write(session, key, context)
+    return context
+
+
+def _govern(
+    session: AgentSession, history: EffectiveHistory, pins: list[int], policy: Policy | None
+) -> Governed:
+    return govern(
         history.messages,
         policy or session_policy(session),
         model=session.model,
@@ -86,9 +135,44 @@ def governed_context(session: AgentSession, *, policy: Policy | None = None) -> 
         facts=history.facts,
         context_window_tokens=session.context_window,
     )
-    if governed.evicted:
-        _store_evicted(session, history, governed)
-    return GovernedContext(session, history, governed, pins)
+
+
+# Sessions whose carried state a thread is building after they were served from a snapshot.
+_WARMING: dict[Any, threading.Thread] = {}
+_WARMING_LOCK = threading.Lock()
+
+
+def _warm_up_later(session: AgentSession) -> None:
+    with _WARMING_LOCK:
+        if session.pk in _WARMING:
+            return
+        thread = threading.Thread(
+            target=_warm_up, args=(session,), name=f"warm-up-{session.pk}", daemon=True
+        )
+        _WARMING[session.pk] = thread
+    thread.start()
+
+
+def _warm_up(session: AgentSession) -> None:
+    """Govern the session once, report included, for the state the next call carries over
+    (read-only)."""
+    try:
+        governed = _govern(session, effective_history(session), pinned_seqs(session), None)
+        _ = governed.report
+    except Exception:  # only a warm-up: the next call governs cold and says why if it fails
+        log.exception("warming up session %s failed", session.pk)
+    finally:
+        connection.close()
+        with _WARMING_LOCK:
+            _WARMING.pop(session.pk, None)
+
+
+def wait_for_warm_up(session: AgentSession, timeout: float | None = None) -> None:
+    """Wait for a warm-up of the session in progress in this process, if any (a call during it
+    would otherwise govern cold beside it)."""
+    thread = _WARMING.get(session.pk)
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
 
 
 def _store_evicted(session: AgentSession, history: EffectiveHistory, governed: Governed) -> None:

@@ -83,6 +83,7 @@ def append_messages(
         transaction.on_commit(lambda: live.messages_appended(session, rows, token_totals(session)))
         if auto_compact:
             transaction.on_commit(lambda: maybe_auto_compact(session))
+        transaction.on_commit(lambda: refresh_snapshot_later(session, rows[-1].seq))
     return rows
 
 
@@ -195,3 +196,18 @@ def maybe_auto_compact(session: AgentSession) -> None:
         auto_compact(session)
     except Exception:  # the append is committed; a failed check must not turn it into an error
         log.exception("auto-compaction check of session %s failed", session.pk)
+
+
+def refresh_snapshot_later(session: AgentSession, last_seq: int) -> None:
+    """Have a worker refresh the session's governed snapshot (``sessions.snapshots``), so a
+    process that never governed it reads the context instead of governing it cold. Only with
+    a worker: jobs run in-process would make the append wait for it."""
+    from ctxhub.celery import app
+    from sessions.tasks import refresh_snapshot
+
+    if app.conf.task_always_eager:
+        return
+    try:
+        refresh_snapshot.apply_async(args=(str(session.pk), last_seq), countdown=1)
+    except Exception as error:  # the broker is down: the next governance writes it instead
+        log.warning("could not queue a snapshot refresh of %s: %s", session.pk, error)

@@ -14,6 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from sessions import live
+from sessions.history import effective_history
 from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
 from sessions.services.errors import Conflict, Invalid, NotFound
 from sessions.services.governed import governed_context
@@ -92,7 +93,7 @@ def pin(session: AgentSession, seq: int, *, actor: Any = None) -> Pin:
     with transaction.atomic():
         lock_session(session)
         context = governed_context(session)
-        if context.history.position_of(seq) is None:
+        if effective_history(session).position_of(seq) is None:
             if not Message.objects.filter(session=session, seq=seq).exists():
                 raise NotFound(f"message #{seq} does not exist in this session", field="seq")
             raise Invalid(

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ctxhub.governance import history_figures as engine_history_figures
-from sessions import services
-from sessions.history import effective_history
+from sessions import services, snapshots
+from sessions.history import REMEMBERED, effective_history
 from sessions.models import (
     AppendOnlyError,
     AuditEvent,
@@ -20,8 +20,10 @@ from sessions.models import (
     Compaction,
     CompactionJob,
     EvictedOutput,
+    GovernedSnapshot,
     Message,
 )
+from sessions.services import governed as governed_module
 from tests.factories import make_session, result, user
 from tests.governed.builders import SMALL_POLICY, agentic_session, turn
 from tests.governed.oracle import dump, naive_governed, naive_history
@@ -270,3 +272,37 @@ def test_auto_compaction_stops_after_three_runs_that_do_not_shrink_enough(alice:
     services.resume_auto_compaction(session)
     services.append_messages(session, turn(9))
     assert jobs.count() == 4
+
+
+def test_a_process_that_never_governed_a_session_reads_its_snapshot(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = agentic_session(alice)
+    first = services.governed_context(session)  # governed cold: the snapshot is written
+    assert GovernedSnapshot.objects.filter(session=session).exists()
+
+    REMEMBERED.clear()  # as in another process
+    monkeypatch.setattr(governed_module, "effective_history", _must_not_govern)
+    again = services.governed_context(session)
+    assert dump(again.messages) == dump(first.messages)
+    assert again.report == first.report
+    assert again.seqs == first.seqs
+    monkeypatch.undo()
+
+    # Anything that decides the result makes the snapshot stale: it is not read.
+    services.append_messages(session, turn(40))
+    REMEMBERED.clear()
+    monkeypatch.setattr(governed_module, "effective_history", _must_not_govern)
+    with pytest.raises(AssertionError, match="governed cold"):
+        services.governed_context(session)
+    monkeypatch.undo()
+    assert_matches_cold_govern(session)
+    monkeypatch.setattr(snapshots, "engine_fingerprint", lambda: "other engine code")
+    REMEMBERED.clear()
+    monkeypatch.setattr(governed_module, "effective_history", _must_not_govern)
+    with pytest.raises(AssertionError, match="governed cold"):
+        services.governed_context(session)
+
+
+def _must_not_govern(session: Any) -> Any:
+    raise AssertionError("governed cold instead of reading the snapshot")

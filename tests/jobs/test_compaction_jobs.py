@@ -16,10 +16,14 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from ctxhub.celery import app as celery_app
-from sessions import services
-from sessions.models import AuditEvent, Compaction, CompactionJob, Message
+from sessions import services, snapshots
+from sessions.history import REMEMBERED
+from sessions.models import AuditEvent, Compaction, CompactionJob, GovernedSnapshot, Message
+from sessions.services import governed as governed_module
+from sessions.services.governed import wait_for_warm_up
 from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session
 from tests.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
@@ -351,3 +355,33 @@ def test_redis_restarted_empty_mid_job_loses_no_job(
     assert Compaction.objects.filter(session=waiting).count() == 1
     second.refresh_from_db()
     assert second.deliveries == 1
+
+
+def test_a_worker_refreshes_the_snapshot_after_an_append(
+    broker: None, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = agentic_session(alice, turns=6)
+    with celery_worker(LOGS / "snapshot-worker.log"):
+        services.append_messages(session, turn(30))
+        current = snapshots.key(session, [])
+        wait_for(
+            lambda: GovernedSnapshot.objects.filter(session=session, key=current).exists(),
+            what="the worker to refresh the snapshot",
+        )
+    # A process that never governed the session reads it, and it is what governing gives.
+    REMEMBERED.clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(governed_module, "_govern", _must_not_govern)
+        served = services.governed_context(session)
+    wait_for_warm_up(session)
+    REMEMBERED.clear()
+    GovernedSnapshot.objects.filter(session=session).delete()
+    governed = services.governed_context(session)
+    assert ModelMessagesTypeAdapter.dump_python(served.messages, mode="json") == (
+        ModelMessagesTypeAdapter.dump_python(governed.messages, mode="json")
+    )
+    assert served.report == governed.report
+
+
+def _must_not_govern(*args: Any) -> Any:
+    raise AssertionError("governed instead of reading the snapshot")

@@ -7,6 +7,8 @@ tokens before and after. Nothing here touches a message.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import transaction
@@ -59,11 +61,41 @@ def _actor(actor: Any) -> Any:
     return actor if getattr(actor, "is_authenticated", False) else None
 
 
-def clear(session: AgentSession, *, actor: Any = None) -> Clear:
-    """``/clear``: the effective history starts after the newest message stored now."""
+class _Change:
+    """One change to a session's records, being made (see ``_change``)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.unchanged = False
+
+
+@contextmanager
+def _change(session: AgentSession, actor: Any, verb: str) -> Iterator[_Change]:
+    """Make a change in one transaction with the session locked: the body writes its record
+    and notes what to audit in ``data`` (or sets ``unchanged``); the records revision is bumped,
+    an audit event records the governed tokens before and after, and pages are told."""
+    change = _Change()
     with transaction.atomic():
         lock_session(session)
         before = governed_tokens(session)
+        yield change
+        if change.unchanged:
+            return
+        bump_revision(session)
+        audit(
+            session,
+            actor,
+            verb,
+            tokens_before=before,
+            tokens_after=governed_tokens(session),
+            **change.data,
+        )
+    transaction.on_commit(lambda: live.records_changed(session))
+
+
+def clear(session: AgentSession, *, actor: Any = None) -> Clear:
+    """``/clear``: the effective history starts after the newest message stored now."""
+    with _change(session, actor, "clear") as change:
         last = Message.objects.filter(session=session).order_by("-seq").values("seq").first()
         from_seq = 0 if last is None else last["seq"] + 1
         current = (
@@ -74,25 +106,14 @@ def clear(session: AgentSession, *, actor: Any = None) -> Clear:
         if from_seq == 0 or (current is not None and current.from_seq == from_seq):
             raise Conflict("nothing to clear: the effective history is already empty")
         record = Clear.objects.create(session=session, from_seq=from_seq, actor=_actor(actor))
-        bump_revision(session)
-        audit(
-            session,
-            actor,
-            "clear",
-            tokens_before=before,
-            tokens_after=governed_tokens(session),
-            clear=record.pk,
-            from_seq=from_seq,
-        )
-    transaction.on_commit(lambda: live.records_changed(session))
+        change.data.update(clear=record.pk, from_seq=from_seq)
     return record
 
 
 def pin(session: AgentSession, seq: int, *, actor: Any = None) -> Pin:
-    """Pin a message of the effective history: governance keeps it verbatim."""
-    with transaction.atomic():
-        lock_session(session)
-        context = governed_context(session)
+    """Pin a message of the effective history: governance keeps it verbatim. Pinning a pinned
+    message changes nothing."""
+    with _change(session, actor, "pin") as change:
         if effective_history(session).position_of(seq) is None:
             if not Message.objects.filter(session=session, seq=seq).exists():
                 raise NotFound(f"message #{seq} does not exist in this session", field="seq")
@@ -101,43 +122,22 @@ def pin(session: AgentSession, seq: int, *, actor: Any = None) -> Pin:
                 "that first to pin it",
                 field="seq",
             )
-        existing = Pin.objects.filter(session=session, seq=seq, undone_at__isnull=True).first()
-        if existing is not None:
-            return existing
-        record = Pin.objects.create(session=session, seq=seq, actor=_actor(actor))
-        bump_revision(session)
-        audit(
-            session,
-            actor,
-            "pin",
-            tokens_before=context.tokens,
-            tokens_after=governed_tokens(session),
-            pin=record.pk,
-            seq=seq,
-        )
-    transaction.on_commit(lambda: live.records_changed(session))
+        record = Pin.objects.filter(session=session, seq=seq, undone_at__isnull=True).first()
+        if record is not None:
+            change.unchanged = True
+        else:
+            record = Pin.objects.create(session=session, seq=seq, actor=_actor(actor))
+            change.data.update(pin=record.pk, seq=seq)
     return record
 
 
 def unpin(session: AgentSession, seq: int, *, actor: Any = None) -> Pin:
-    with transaction.atomic():
-        lock_session(session)
-        before = governed_tokens(session)
+    with _change(session, actor, "unpin") as change:
         record = Pin.objects.filter(session=session, seq=seq, undone_at__isnull=True).first()
         if record is None:
             raise NotFound(f"message #{seq} is not pinned", field="seq")
         _stamp(record, actor)
-        bump_revision(session)
-        audit(
-            session,
-            actor,
-            "unpin",
-            tokens_before=before,
-            tokens_after=governed_tokens(session),
-            pin=record.pk,
-            seq=seq,
-        )
-    transaction.on_commit(lambda: live.records_changed(session))
+        change.data.update(pin=record.pk, seq=seq)
     return record
 
 
@@ -150,9 +150,7 @@ def _stamp(record: Undoable, actor: Any) -> None:
 def undo(session: AgentSession, record: Compaction | Clear, *, actor: Any = None) -> None:
     """Undo a compaction or a clear: the effective history is again what it was without it."""
     kind = "compaction" if isinstance(record, Compaction) else "clear"
-    with transaction.atomic():
-        lock_session(session)
-        before = governed_tokens(session)
+    with _change(session, actor, f"undo_{kind}") as change:
         fresh = type(record).objects.select_for_update().filter(pk=record.pk, session=session)
         current = fresh.first()
         if current is None:
@@ -160,17 +158,8 @@ def undo(session: AgentSession, record: Compaction | Clear, *, actor: Any = None
         if current.undone_at is not None:
             raise Conflict(f"this {kind} was already undone at {current.undone_at:%Y-%m-%d %H:%M}")
         _stamp(current, actor)
-        bump_revision(session)
         record.undone_at, record.undone_by = current.undone_at, current.undone_by
-        audit(
-            session,
-            actor,
-            f"undo_{kind}",
-            tokens_before=before,
-            tokens_after=governed_tokens(session),
-            **{kind: record.pk},
-        )
-    transaction.on_commit(lambda: live.records_changed(session))
+        change.data[kind] = record.pk
 
 
 def undo_compaction(session: AgentSession, compaction_id: int, *, actor: Any = None) -> Compaction:

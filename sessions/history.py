@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from django.db import connection, transaction
-from django.db.models import Q, Subquery, TextField
+from django.db.models import Q, QuerySet, Subquery, Sum, TextField
 from django.db.models.functions import Cast
 from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage
@@ -262,10 +262,8 @@ def _refresh_facts(
     return refreshed
 
 
-def _log_rows(
-    session_id: Any, state: RecordState, after_seq: int, tokenizer: Tokenizer
-) -> list[tuple[int, MessageFacts]]:
-    """(seq, facts) of the log messages after ``after_seq`` the records leave visible."""
+def _visible(session_id: Any, state: RecordState, after_seq: int) -> QuerySet[Message]:
+    """The log messages after ``after_seq`` the records leave visible."""
     first = max(after_seq + 1, state.from_seq)
     rows = Message.objects.filter(session_id=session_id, seq__gte=first)
     hidden = Q()
@@ -274,8 +272,14 @@ def _log_rows(
         if compaction.last_seq > after_seq:
             hidden |= Q(seq__gte=compaction.first_seq, seq__lte=compaction.last_seq)
             kept += [item["seq"] for item in compaction.replacement if "seq" in item]
-    if hidden:
-        rows = rows.filter(~hidden | Q(seq__in=kept))
+    return rows.filter(~hidden | Q(seq__in=kept)) if hidden else rows
+
+
+def _log_rows(
+    session_id: Any, state: RecordState, after_seq: int, tokenizer: Tokenizer
+) -> list[tuple[int, MessageFacts]]:
+    """(seq, facts) of the log messages after ``after_seq`` the records leave visible."""
+    rows = _visible(session_id, state, after_seq)
     found = list(rows.order_by("seq").values_list("seq", "facts", "encoding"))
     wanted = tokenizer.encoding_name
     parsed = [(seq, _facts(data, encoding, wanted)) for seq, data, encoding in found]
@@ -429,6 +433,24 @@ def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> 
     if not connection.in_atomic_block:
         REMEMBERED.put(key, history)
     return history
+
+
+def effective_tokens(session: AgentSession) -> int:
+    """Tokens of the effective history, without building it: this process's count if it holds
+    the history as it is, else one sum over the stored counts (cheap enough for every append)."""
+    revision, last_seq = log_heads(session)
+    known = REMEMBERED.get(session.pk)
+    if known is not None and (known.state.revision, known.last_seq) == (revision, last_seq):
+        return known.tokens
+    state = record_state(session, revision)
+    stored = _visible(session.pk, state, -1).aggregate(total=Sum("tokens"))["total"] or 0
+    written = sum(
+        int(item["facts"]["tokens"])
+        for compaction in state.compactions
+        for item in compaction.replacement
+        if "message" in item
+    )
+    return int(stored) + written
 
 
 def is_remembered(session: AgentSession) -> bool:

@@ -23,7 +23,7 @@ from ctxhub.governance import Policy, is_summary, plan_compaction
 from ctxhub.governance.compact import DEFAULT_SUMMARY_TOKENS, SUMMARY_PREFIX
 from ctxhub.governance.counting import MARK, message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
-from sessions.history import EffectiveHistory, effective_history, pinned_seqs
+from sessions.history import EffectiveHistory, effective_history, effective_tokens, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
     AgentSession,
@@ -358,7 +358,7 @@ def auto_compact(session: AgentSession) -> CompactionJob | None:
     if paused:
         return None
     threshold = soft_threshold(session, policy)
-    tokens = effective_history(session).tokens
+    tokens = effective_tokens(session)
     if tokens < threshold or active_job(session) is not None:
         return None
     # Runs before someone last resumed automatic compaction do not count again.

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessions import services
-from sessions.history import REMEMBERED
+from sessions.history import REMEMBERED, effective_history, effective_tokens
 from sessions.models import Clear, Compaction, Message
+from sessions.services.governed import wait_for_warm_up
 from tests.factories import make_session, reply, user
 from tests.governed.builders import SMALL_POLICY, turn
 from tests.governed.oracle import dump, naive_governed
@@ -110,3 +111,7 @@ def test_the_governed_context_always_equals_a_cold_govern(
             context = services.governed_context(session)
             assert dump(context.messages) == dump(cold.messages), (op, fresh)
             assert context.report.model_dump() == cold.report.model_dump(), (op, fresh)
+        # The sum the append path checks the soft threshold with, from the stored counts.
+        wait_for_warm_up(session)
+        REMEMBERED.clear()
+        assert effective_tokens(session) == effective_history(session).tokens, op

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from engine_builders import MODEL, _call, _off, _ret, _tight, _user, _words
 from pydantic_ai.messages import ModelMessage
 
@@ -66,3 +68,24 @@ def test_no_budget_at_all_is_explained() -> None:
     governed = govern([_user("hi", system=_words(2000))], _tight(1000), model=MODEL)
     assert governed.budget_tokens == 0
     assert "no budget left" in (governed.report.reason or "")
+
+
+def test_the_shrink_counts_masked_results_as_masked_warm_or_cold() -> None:
+    # A large older result is masked; the current turn's output must still shrink. The cut
+    # is decided on the exact excess, so it is the same whether the masked result was governed
+    # by this call (cold) or carried over from the previous one (warm).
+    masking = {"keep_first": 0, "keep_last": 1, "apply": "always"}
+    policy = _tight(300, **_off(masking=masking, shrink_newest=True))
+    history: list[ModelMessage] = [_user("task 0")]
+    for n, size in enumerate([5, 2000, 5, 5]):
+        history += [_call("read", id=f"c{n}"), _ret("read", _words(size), id=f"c{n}")]
+    history += [_user("task 1"), _call("read", id="c9"), _ret("read", _words(2000), id="c9")]
+    for size in range(1, len(history) + 1):
+        warm = govern(history[:size], policy, model=MODEL)
+        cold = govern(copy.deepcopy(history[:size]), policy, model=MODEL)
+        assert warm.messages == cold.messages, size
+    assert cold.fits
+    shrunk = cold.report.messages[-1].parts[0]
+    assert shrunk.action == "truncated"
+    # Cut only by what the budget needs, not by the masked result's original size.
+    assert cold.tokens_after > cold.budget_tokens - 20

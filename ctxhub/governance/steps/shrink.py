@@ -8,6 +8,7 @@ enough, the report says so and why.
 
 from __future__ import annotations
 
+from itertools import compress
 from typing import Any
 
 from pydantic_ai.messages import ToolReturnPart
@@ -39,6 +40,11 @@ def _candidates(work: Work) -> list[tuple[int, int, ToolReturnPart[Any], int]]:
 
 def shrink(work: Work) -> int:
     """Shrink the newest tool outputs; the number of outputs shrunk."""
+    # The excess must be exact: a kept message not governed yet counts at its size before caps
+    # and masks, which would cut the outputs by more than needed, and by how much would depend
+    # on what earlier steps happened to govern (a warm call would cut unlike a cold one).
+    for position in compress(range(len(work.kept)), work.kept):
+        work.materialise(position)
     shrunk: set[tuple[int, int]] = set()
     for _ in range(4):
         excess = work.total() - work.limit

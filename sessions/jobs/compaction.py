@@ -337,7 +337,8 @@ def _summarise(job: CompactionJob, session: AgentSession, heartbeat: Heartbeat) 
         raise Transient(
             f"the summariser took longer than {settings.CTXHUB_JOB_TIME_LIMIT} s", None
         ) from None
-    if summarizer.transient is not None:
+    if compacted.report.outcome == "fallback" and summarizer.transient is not None:
+        # The marker stood in because of an error worth retrying: retry instead of writing it.
         error = summarizer.transient
         retry_after = error.retry_after if isinstance(error, ModelAPIError) else None
         raise Transient(f"{type(error).__name__}: {error}", retry_after)

@@ -7,21 +7,26 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from sessions.access import may_see
 from sessions.models import AgentSession
 
 
 @database_sync_to_async
-def _owned_session(user: Any, session_id: str) -> AgentSession | None:
+def _visible_session(user: Any, session_id: str) -> AgentSession | None:
+    """The session if ``user`` may watch it (its owner, or staff: see ``sessions.access``)."""
     if not user.is_authenticated:
         return None
-    return AgentSession.objects.filter(pk=session_id, owner=user).first()
+    session = AgentSession.objects.filter(pk=session_id).first()
+    return session if session is not None and may_see(user, session) else None
 
 
 class SessionConsumer(AsyncWebsocketConsumer):
     group_name: str | None = None
 
     async def connect(self) -> None:
-        session = await _owned_session(self.scope["user"], self.scope["url_route"]["kwargs"]["pk"])
+        session = await _visible_session(
+            self.scope["user"], self.scope["url_route"]["kwargs"]["pk"]
+        )
         if session is None:
             # Closing before accepting refuses the handshake (HTTP 403): nothing leaks about
             # whether the session exists.

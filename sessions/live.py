@@ -73,10 +73,8 @@ def job_event(job: CompactionJob, stage: str, **data: Any) -> None:
 
 
 def records_changed(session: AgentSession) -> None:
-    """A clear, pin, compaction or undo changed what the model sees: the new meter."""
-    from sessions.services import token_totals
-
-    html = render_to_string(
-        "sessions/_meter.html", {"session": session, "totals": token_totals(session), "oob": True}
-    )
+    """A clear, pin, compaction or undo changed what the model sees: open pages re-render
+    their x-ray, records and badges from the database."""
+    revision = type(session).objects.values_list("revision", flat=True).get(pk=session.pk)
+    html = render_to_string("sessions/_changed.html", {"revision": revision})
     _push(session, html)

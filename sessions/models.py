@@ -291,6 +291,11 @@ class GovernedSnapshot(models.Model):
     messages = models.TextField(help_text="The governed messages, as pydantic-ai JSON.")
     report = models.TextField(help_text="The ContextReport, as JSON.")
     seqs = models.TextField(help_text="The log seq of each position of the effective history.")
+    # The figures lists of sessions show, readable without parsing the report.
+    # (Null in snapshots written before these figures were kept: such a snapshot is redone.)
+    tokens = models.PositiveIntegerField(null=True, help_text="Tokens the request carries.")
+    budget = models.PositiveIntegerField(null=True, help_text="Tokens the history may take.")
+    last_seq = models.IntegerField(null=True, help_text="The newest seq it governed.")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic_ai.messages import (
     BinaryContent,
@@ -17,6 +18,9 @@ from pydantic_ai.messages import (
 
 from ctxhub.governance.tokens import part_text
 from sessions.models import Message
+
+if TYPE_CHECKING:
+    from sessions.services.governed import GovernedContext
 
 # Long parts are cut in the list; the full text is one click (an htmx request) away.
 PREVIEW_CHARS = 600
@@ -111,3 +115,16 @@ def present_message(row: Message, *, full: bool = False) -> MessageView:
         created_at=row.created_at,
         parts=[present_part(part, full=full) for part in message.parts],
     )
+
+
+def present_sent(context: GovernedContext, seq: int) -> list[PartView]:
+    """The parts the next request carries for the log message at ``seq``, in full; none when
+    governance leaves it out (or a record hides it)."""
+    sent = 0
+    for report in context.report.messages:
+        if not report.kept:
+            continue
+        if report.index is not None and context.seq_of(report.index) == seq:
+            return [present_part(part, full=True) for part in context.messages[sent].parts]
+        sent += 1
+    return []

@@ -88,5 +88,8 @@ def write(session: AgentSession, current: str, context: GovernedContext) -> None
             "messages": ModelMessagesTypeAdapter.dump_json(context.messages).decode(),
             "report": context.report.model_dump_json(),
             "seqs": json.dumps(context.seqs),
+            "tokens": context.tokens,
+            "budget": context.report.budget_tokens,
+            "last_seq": max((s for s in context.seqs if s is not None), default=-1),
         },
     )

@@ -2,14 +2,30 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions import views
+from sessions import controls, views
 
 app_name = "sessions"
 
 urlpatterns = [
     path("", views.session_list, name="list"),
     path("sessions/<uuid:pk>/", views.session_detail, name="detail"),
+    path("sessions/<uuid:pk>/xray/", views.xray_fragment, name="xray"),
+    path("sessions/<uuid:pk>/records/", views.records_fragment, name="records"),
+    path("sessions/<uuid:pk>/fates/", views.fates, name="fates"),
     path("sessions/<uuid:pk>/messages/", views.messages, name="messages"),
     path("sessions/<uuid:pk>/messages/<int:seq>/", views.message_detail, name="message"),
+    path("sessions/<uuid:pk>/messages/<int:seq>/sent/", views.message_sent, name="sent"),
+    path("sessions/<uuid:pk>/evicted/<str:ref>/", views.evicted, name="evicted"),
     path("sessions/<uuid:pk>/recount/", views.recount, name="recount"),
+    path("sessions/<uuid:pk>/compact/preview/", controls.compaction_preview, name="preview"),
+    path("sessions/<uuid:pk>/compact/", controls.compact, name="compact"),
+    path(
+        "sessions/<uuid:pk>/compactions/<int:compaction>/undo/",
+        controls.undo_compaction,
+        name="undo-compaction",
+    ),
+    path("sessions/<uuid:pk>/clear/", controls.clear, name="clear"),
+    path("sessions/<uuid:pk>/clears/<int:clear>/undo/", controls.undo_clear, name="undo-clear"),
+    path("sessions/<uuid:pk>/pins/<int:seq>/", controls.pin, name="pin"),
+    path("sessions/<uuid:pk>/auto/resume/", controls.resume_auto, name="resume-auto"),
 ]

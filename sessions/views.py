@@ -1,46 +1,141 @@
-"""Pages and htmx fragments. Thin: access checks here, logic in services."""
+"""Pages and htmx fragments. Thin: access checks here, logic in services and presenters."""
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sessions import services, tasks
+from sessions.access import changeable_session, may_change, visible_session
+from sessions.history import record_state
 from sessions.http import AuthenticatedHttpRequest
-from sessions.models import AgentSession, Message
-from sessions.presenters import present_message
+from sessions.models import AgentSession, Clear, Compaction, Message
+from sessions.presenters import present_message, present_sent
+from sessions.services.fleet import SORTS, fleet
+from sessions.xray import Fates, xray
 
-
-def _own_session(request: AuthenticatedHttpRequest, pk: UUID) -> AgentSession:
-    """The session if the user owns it; anyone else gets the same 404 as for a missing one."""
-    return get_object_or_404(AgentSession, pk=pk, owner=request.user)
+# The most messages one fate refresh covers (a page and the pages loaded before it).
+FATES_LIMIT = 2_000
 
 
 @require_GET
 def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    return render(request, "sessions/list.html", {"sessions": services.sessions_for(request.user)})
+    query = request.GET.get("q", "")[:200]
+    sort = request.GET.get("sort", "fullest")
+    if sort not in SORTS:
+        return HttpResponseBadRequest(f"sort: one of {', '.join(SORTS)}", content_type="text/plain")
+    context = {
+        "rows": fleet(request.user, query=query, sort=sort),
+        "query": query,
+        "sort": sort,
+        "sorts": SORTS,
+    }
+    # A search or a sort as you type replaces the table only.
+    template = "sessions/list.html#fleet" if request.htmx else "sessions/list.html"
+    return render(request, template, context)
 
 
-def _page_context(session: AgentSession, rows: list[Message]) -> dict[str, object]:
+def _timeline(session: AgentSession, rows: list[Message]) -> dict[str, Any]:
+    context = services.governed_context(session)
+    fates = Fates(context, record_state(session))
     return {
-        "session": session,
-        "messages": [present_message(row) for row in rows],
+        "context": context,
+        "timeline": [fates.fate(present_message(row)) for row in rows],
         # Where the next "earlier messages" page starts, while there is one.
         "earlier": rows[0].seq if rows and rows[0].seq > 0 else None,
     }
 
 
+def _records(session: AgentSession) -> dict[str, Any]:
+    return {
+        "compactions": list(
+            Compaction.objects.filter(session=session)
+            .select_related("actor", "undone_by", "supersedes")
+            .order_by("-created_at", "-id")[:50]
+        ),
+        "clears": list(
+            Clear.objects.filter(session=session)
+            .select_related("actor", "undone_by")
+            .order_by("-created_at", "-id")[:20]
+        ),
+        "job": services.active_job(session),
+    }
+
+
 @require_GET
 def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
-    session = _own_session(request, pk)
-    context = _page_context(session, services.message_page(session))
+    session = visible_session(request.user, pk)
+    at = _seq_param(request, "at")
+    if "at" in request.GET and at is None:
+        return HttpResponseBadRequest("at: must be an integer seq", content_type="text/plain")
+    rows = services.message_page(session, at=at)
+    timeline = _timeline(session, rows)
+    last = session.messages.order_by("-seq").values_list("seq", flat=True).first()
+    following = not rows or rows[-1].seq == last
     return render(
-        request, "sessions/detail.html", {**context, "totals": services.token_totals(session)}
+        request,
+        "sessions/detail.html",
+        {
+            "session": session,
+            "can_change": may_change(request.user, session),
+            "xray": xray(timeline["context"]),
+            "totals": services.token_totals(session),
+            # A page that ends before the log does shows a "later" link and is not followed
+            # live (new messages would leave a gap).
+            "following": following,
+            "next_at": None if following else rows[-1].seq + 1,
+            **timeline,
+            **_records(session),
+        },
+    )
+
+
+@require_GET
+def xray_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """The header, meter and zone strip, re-rendered after any change (see static/js)."""
+    session = visible_session(request.user, pk)
+    return render(
+        request,
+        "sessions/_xray.html",
+        {"session": session, "xray": xray(services.governed_context(session))},
+    )
+
+
+@require_GET
+def records_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    session = visible_session(request.user, pk)
+    return render(
+        request,
+        "sessions/_records.html",
+        {"session": session, "can_change": may_change(request.user, session), **_records(session)},
+    )
+
+
+@require_GET
+def fates(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """``?from=SEQ&to=SEQ``: the fate badges of the messages a page shows, as out-of-band
+    swaps (what governance does to them changes with every append and record)."""
+    session = visible_session(request.user, pk)
+    first, last = _seq_param(request, "from"), _seq_param(request, "to")
+    if first is None or last is None or last < first:
+        return HttpResponseBadRequest(
+            "from, to: integer seqs with from <= to", content_type="text/plain"
+        )
+    rows = list(session.messages.filter(seq__gte=max(first, last - FATES_LIMIT), seq__lte=last))
+    return render(
+        request,
+        "sessions/_fates.html",
+        {
+            "session": session,
+            "can_change": may_change(request.user, session),
+            **_timeline(session, rows),
+        },
     )
 
 
@@ -48,15 +143,20 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
 def messages(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     """``?after=SEQ``: everything later, with the meter (what a reconnecting socket missed).
     ``?before=SEQ``: the page of messages before it (the "earlier messages" button)."""
-    session = _own_session(request, pk)
+    session = visible_session(request.user, pk)
+    can_change = may_change(request.user, session)
     if "before" in request.GET:
         before = _seq_param(request, "before")
         if before is None:
             return HttpResponseBadRequest(
                 "before: must be an integer seq", content_type="text/plain"
             )
-        context = _page_context(session, services.message_page(session, before=before))
-        return render(request, "sessions/_messages_before.html", context)
+        rows = services.message_page(session, before=before)
+        return render(
+            request,
+            "sessions/_messages_before.html",
+            {"session": session, "can_change": can_change, **_timeline(session, rows)},
+        )
     after = _seq_param(request, "after", default=-1)
     if after is None:
         return HttpResponseBadRequest("after: must be an integer seq", content_type="text/plain")
@@ -64,7 +164,12 @@ def messages(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     return render(
         request,
         "sessions/_messages_after.html",
-        {**_page_context(session, rows), "totals": services.token_totals(session)},
+        {
+            "session": session,
+            "can_change": can_change,
+            "messages": [present_message(row) for row in rows],
+            "totals": services.token_totals(session),
+        },
     )
 
 
@@ -73,25 +178,57 @@ def _seq_param(request: HttpRequest, name: str, default: int | None = None) -> i
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         return None
+    return value if value >= 0 or value == default else None
 
 
 @require_GET
 def message_detail(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> HttpResponse:
-    session = _own_session(request, pk)
+    """The stored message in full: what was logged, before any governance."""
+    session = visible_session(request.user, pk)
     row = get_object_or_404(Message, session=session, seq=seq)
     return render(
         request,
-        "sessions/_message.html",
-        {"m": present_message(row, full=True), "session": session},
+        "sessions/_parts.html",
+        {"parts": present_message(row, full=True).parts, "session": session},
+    )
+
+
+@require_GET
+def message_sent(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> HttpResponse:
+    """What the next request carries for the message at ``seq``, after governance."""
+    session = visible_session(request.user, pk)
+    get_object_or_404(Message, session=session, seq=seq)
+    sent = present_sent(services.governed_context(session), seq)
+    return render(request, "sessions/_parts.html", {"parts": sent, "session": session})
+
+
+@require_GET
+def evicted(request: AuthenticatedHttpRequest, pk: UUID, ref: str) -> HttpResponse:
+    """An evicted output read back from storage: ``?offset=&limit=&grep=``."""
+    session = visible_session(request.user, pk)
+    offset = _seq_param(request, "offset", default=0)
+    limit = _seq_param(request, "limit", default=200)
+    if offset is None or limit is None or not 1 <= limit <= 2_000:
+        return HttpResponseBadRequest(
+            "offset: an integer >= 0; limit: an integer from 1 to 2000", content_type="text/plain"
+        )
+    grep = request.GET.get("grep", "")[:200] or None
+    text = services.read_evicted_output(session, ref, offset=offset, limit=limit, grep=grep)
+    if text is None:
+        raise Http404("No such evicted output.")
+    return render(
+        request,
+        "sessions/_evicted.html",
+        {"session": session, "ref": ref, "text": text, "offset": offset, "grep": grep or ""},
     )
 
 
 @require_POST
 def recount(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
-    session = _own_session(request, pk)
+    session = changeable_session(request.user, pk)
     job = tasks.recount_session_tokens.delay(str(session.pk))
     if not request.htmx:
         return redirect(session)

@@ -48,7 +48,12 @@ from ctxhub.governance.tokens import tokenizer_for
 from sessions import live
 from sessions.history import effective_history
 from sessions.models import AgentSession, Compaction, CompactionJob, JobStatus
-from sessions.services.compaction import SessionState, replacement_for, session_state
+from sessions.services.compaction import (
+    SessionState,
+    keep_threshold,
+    replacement_for,
+    session_state,
+)
 from sessions.services.records import audit, bump_revision, governed_tokens, lock_session
 
 log = logging.getLogger(__name__)
@@ -291,7 +296,7 @@ def _planned_state(job: CompactionJob, session: AgentSession) -> SessionState | 
     if (current.revision, current.pins) == (planned.revision, planned.pins):
         return planned
     if job.trigger == "auto":
-        job.plan = current.as_dict()
+        job.plan = {**job.plan, **current.as_dict()}
         CompactionJob.objects.filter(pk=job.pk).update(plan=job.plan)
         return current
     with transaction.atomic():
@@ -328,6 +333,7 @@ def _summarise(job: CompactionJob, session: AgentSession, heartbeat: Heartbeat) 
                     model=session.model,
                     pinned=history.positions(state.pins),
                     focus=job.focus or None,
+                    keep=keep_threshold(history, job.plan.get("keep_from")),
                     on_chunk=on_chunk,
                 ),
                 timeout=settings.CTXHUB_JOB_TIME_LIMIT,
@@ -365,7 +371,7 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
                     ),
                 )
                 return "failed"
-            job.plan = current.as_dict()
+            job.plan = {**job.plan, **current.as_dict()}
             job.save(update_fields=["plan"])
             return None
         before = governed_tokens(session)

@@ -22,6 +22,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from ctxhub.governance import Policy, is_summary, plan_compaction
 from ctxhub.governance.compact import DEFAULT_SUMMARY_TOKENS, SUMMARY_PREFIX
 from ctxhub.governance.counting import MARK, message_facts
+from ctxhub.governance.policy import Threshold
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions.history import EffectiveHistory, effective_history, effective_tokens, pinned_seqs
 from sessions.models import (
@@ -60,19 +61,40 @@ def _digest(data: Any) -> str:
 
 
 def fingerprint(
-    session: AgentSession, state: SessionState, policy: Policy, summarizer: str, focus: str
+    session: AgentSession,
+    state: SessionState,
+    policy: Policy,
+    summarizer: str,
+    focus: str,
+    keep_from: int | None = None,
 ) -> str:
-    """Identifies one compaction request: the same session, state, policy, summariser and focus
-    always plan the same covered range, so this is also the job's idempotency key."""
-    return _digest(
-        {
-            "session": str(session.pk),
-            "state": state.as_dict(),
-            "policy": policy.model_dump(mode="json"),
-            "summarizer": summarizer,
-            "focus": focus,
-        }
-    )
+    """Identifies one compaction request: the same session, state, policy, summariser, focus
+    and kept seq always plan the same covered range, so this is also the job's idempotency
+    key."""
+    request: dict[str, Any] = {
+        "session": str(session.pk),
+        "state": state.as_dict(),
+        "policy": policy.model_dump(mode="json"),
+        "summarizer": summarizer,
+        "focus": focus,
+    }
+    if keep_from is not None:
+        request["keep_from"] = keep_from
+    return _digest(request)
+
+
+def keep_threshold(history: EffectiveHistory, keep_from: int | None) -> Threshold | None:
+    """The window's keep for "compact everything above this message": the messages from the
+    one at seq ``keep_from`` to the end (None: the policy's own keep)."""
+    if keep_from is None:
+        return None
+    position = history.position_of(keep_from)
+    if position is None:
+        raise Invalid(
+            f"message {keep_from} is not in the history the model sees (summarised or cleared)",
+            field="keep_from",
+        )
+    return Threshold(kind="messages", value=max(len(history) - position, 1))
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,7 @@ class CompactionPreview:
     focus: str
     summarizer: str
     state: SessionState
+    keep_from: int | None
     first_seq: int | None
     last_seq: int | None
     summarized_seqs: list[int]
@@ -135,10 +158,13 @@ def _covered(history: EffectiveHistory, positions: Sequence[int]) -> tuple[int, 
     return low, high, low_pos, high_pos
 
 
-def preview_compaction(session: AgentSession, *, focus: str = "") -> CompactionPreview:
+def preview_compaction(
+    session: AgentSession, *, focus: str = "", keep_from: int | None = None
+) -> CompactionPreview:
     """What compacting the session now would summarise and keep; nothing is written.
 
-    The compacted history is assembled as the job will assemble it, with a stand-in summary,
+    ``keep_from``: compact everything above the message at this seq (it and what follows
+    stay). The compacted history is assembled as the job will assemble it, with a stand-in summary,
     so the seqs listed are exactly those the job's record covers.
     """
     policy = session_policy(session)
@@ -147,14 +173,18 @@ def preview_compaction(session: AgentSession, *, focus: str = "") -> CompactionP
     history = effective_history(session)
     messages = list(history.messages)
     plan = plan_compaction(
-        messages, policy, model=session.model, pinned=history.positions(state.pins)
+        messages,
+        policy,
+        model=session.model,
+        pinned=history.positions(state.pins),
+        keep=keep_threshold(history, keep_from),
     )
-    key = fingerprint(session, state, policy, summarizer, focus)
+    key = fingerprint(session, state, policy, summarizer, focus, keep_from)
     tokenizer = tokenizer_for(session.model)
     if not plan.summarized_indices:
         all_seqs = [s for s in (history.seq_at(p) for p in range(len(history))) if s is not None]
         return CompactionPreview(
-            key, focus, summarizer, state, None, None, [], all_seqs, [], 0,
+            key, focus, summarizer, state, keep_from, None, None, [], all_seqs, [], 0,
             history.tokens, history.tokens, DEFAULT_SUMMARY_TOKENS,
         )  # fmt: skip
     stand_in = ModelRequest(
@@ -172,6 +202,7 @@ def preview_compaction(session: AgentSession, *, focus: str = "") -> CompactionP
         focus=focus,
         summarizer=summarizer,
         state=state,
+        keep_from=keep_from,
         first_seq=replacement.first_seq,
         last_seq=replacement.last_seq,
         summarized_seqs=replacement.summarized_seqs,
@@ -204,12 +235,14 @@ def request_compaction(
     focus: str = "",
     expected: str | None = None,
     trigger: str = "manual",
+    keep_from: int | None = None,
 ) -> JobRequest:
     """Queue a compaction job; the same request twice gives the same job.
 
     ``expected`` is a preview's fingerprint: when the session changed since that preview (an
     append, a record, a pin, a policy change) the request is refused as a conflict. A second
     request while another job of the session is queued or running is refused too, naming it.
+    ``keep_from`` compacts everything above the message at that seq.
     """
     from sessions import live
     from sessions.jobs.compaction import dispatch
@@ -220,7 +253,9 @@ def request_compaction(
     policy = session_policy(session)
     summarizer = session_summarizer(session)
     state = session_state(session)
-    key = fingerprint(session, state, policy, summarizer, focus)
+    if keep_from is not None:
+        keep_threshold(effective_history(session), keep_from)  # refused here, not in the job
+    key = fingerprint(session, state, policy, summarizer, focus, keep_from)
     if expected is not None and expected != key:
         raise Conflict(
             "the session changed since the preview (a message, a record or the policy): "
@@ -243,7 +278,7 @@ def request_compaction(
                 focus=focus,
                 summarizer=summarizer,
                 policy=policy.model_dump(mode="json"),
-                plan=state.as_dict(),
+                plan={**state.as_dict(), "keep_from": keep_from},
                 actor=actor if getattr(actor, "is_authenticated", False) else None,
             )
     except IntegrityError:

@@ -97,8 +97,17 @@ def append_message(
 PAGE_SIZE = 200
 
 
-def message_page(session: AgentSession, *, before: int | None = None) -> list[Message]:
-    """The newest PAGE_SIZE messages (before a seq, if given), oldest first."""
+# Messages shown before the one a page is opened at, for context.
+PAGE_LEAD = 10
+
+
+def message_page(
+    session: AgentSession, *, before: int | None = None, at: int | None = None
+) -> list[Message]:
+    """The newest PAGE_SIZE messages (before a seq, if given), oldest first; or, ``at`` a
+    seq, the page holding it (a few messages before it, then those after)."""
+    if at is not None:
+        return list(session.messages.filter(seq__gte=max(at - PAGE_LEAD, 0))[:PAGE_SIZE])
     rows = session.messages.order_by("-seq")
     if before is not None:
         rows = rows.filter(seq__lt=before)

@@ -33,15 +33,44 @@ function merge(list, article) {
   return true;
 }
 
+// What governance does to the messages shown, the x-ray and the records all change with
+// every append and record: they listen for this event and re-render from the database.
+function changed() {
+  htmx.trigger(document.body, "ctxhub-changed");
+}
+
+// Badges of every message on the page, in one request after a burst of changes.
+let fatesTimer = null;
+function refreshFates() {
+  clearTimeout(fatesTimer);
+  fatesTimer = setTimeout(() => {
+    const session = document.querySelector("[data-fates-url]");
+    const seqs = [...document.querySelectorAll("#messages > article[data-seq]")].map(seqOf);
+    if (!session || !seqs.length) return;
+    const url = `${session.dataset.fatesUrl}?from=${Math.min(...seqs)}&to=${Math.max(...seqs)}`;
+    htmx.ajax("GET", url, { target: "#messages", swap: "none" });
+  }, 300);
+}
+// Deferred: the body is parsed when this runs.
+document.body.addEventListener("ctxhub-changed", refreshFates);
+
 document.addEventListener("htmx:oobBeforeSwap", (event) => {
   const { target, fragment } = event.detail;
   if (target.id === "messages") {
     event.detail.shouldSwap = false;
+    // A page opened at an older seq does not follow the log: a new message would leave a gap.
+    if (target.dataset.following === "false") return;
+    let added = false;
     for (const article of [...fragment.children].filter(isMessage)) {
-      // Inserted here rather than by htmx, so its attributes (the "full message" button)
-      // are set up here too.
-      if (merge(target, article)) htmx.process(article);
+      // Inserted here rather than by htmx, so its attributes (its buttons) are set up here too.
+      if (merge(target, article)) {
+        htmx.process(article);
+        added = true;
+      }
     }
+    if (added) changed();
+  } else if (target.id === "session-changed") {
+    changed();
   } else if (target.id === "meter") {
     // A catch-up answer computed before a push can arrive after it: its meter counts fewer
     // messages than the one shown and would put the total back.
@@ -53,6 +82,8 @@ document.addEventListener("htmx:oobBeforeSwap", (event) => {
 });
 
 document.addEventListener("htmx:wsOpen", (event) => {
+  // Whatever happened while the socket was down is re-rendered from the database.
+  changed();
   const session = event.target.closest("[data-catch-up-url]");
   const list = document.getElementById("messages");
   if (!session || !list) return;
@@ -61,4 +92,29 @@ document.addEventListener("htmx:wsOpen", (event) => {
     target: list,
     swap: "none",
   });
+});
+
+document.addEventListener("click", (event) => {
+  // "Compact everything above this message": the preview of exactly that, in the compact panel.
+  const above = event.target.closest(".compact-above");
+  if (above) {
+    const control = document.getElementById("compact-control");
+    const form = document.getElementById("compact-form");
+    form.elements.keep_from.value = above.dataset.seq;
+    control.open = true;
+    control.scrollIntoView({ block: "center" });
+    htmx.trigger(form, "submit");
+    return;
+  }
+  // A zone or a lineage link to a message on this page scrolls to it instead of loading a page.
+  const link = event.target.closest("a[data-seq]");
+  if (link) {
+    const article = document.getElementById(`msg-${link.dataset.seq}`);
+    if (article) {
+      event.preventDefault();
+      article.scrollIntoView({ block: "start" });
+      article.classList.add("flash");
+      setTimeout(() => article.classList.remove("flash"), 1200);
+    }
+  }
 });

@@ -41,9 +41,11 @@ def test_the_list_shows_own_sessions_with_totals(
     client.force_login(alice)
     page = client.get("/").content.decode()
     assert "Fix the parser" in page
-    assert f">{services.token_totals(session).tokens}<" in page
-    totals = services.token_totals(session)
-    assert f"{round(100 * totals.tokens / 128_000)}%" in page
+    governed = services.governed_context(session)
+    # What the next request carries against the budget, and the raw log beside it.
+    assert f'data-governed="{governed.tokens}" data-budget="{governed.report.budget_tokens}"' in page
+    assert f"{governed.tokens:,}</span> / {governed.report.budget_tokens:,}" in page
+    assert f"{services.token_totals(session).tokens:,} <span" in page
 
 
 def test_the_detail_shows_messages_with_token_counts(
@@ -53,7 +55,7 @@ def test_the_detail_shows_messages_with_token_counts(
     page = client.get(f"/sessions/{session.pk}/").content.decode()
     for row in session.messages.all():
         assert f'id="msg-{row.seq}"' in page
-        assert f"{row.tokens} tokens" in page
+        assert f"{row.tokens:,} tokens" in page
     assert "Why does test_bom fail?" in page
     assert "call_7" in page
     assert f'ws-connect="/ws/sessions/{session.pk}/"' in page
@@ -65,7 +67,7 @@ def test_long_parts_are_cut_and_loaded_in_full_on_demand(
     client.force_login(alice)
     page = client.get(f"/sessions/{session.pk}/").content.decode()
     assert "x = 1\n" * 400 not in page
-    assert "Show the full message" in page
+    assert "Original (in full)" in page
     full = client.get(
         f"/sessions/{session.pk}/messages/2/", headers={"HX-Request": "true"}
     ).content.decode()

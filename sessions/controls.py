@@ -1,0 +1,155 @@
+"""The x-ray's controls: compaction (preview, apply, undo), clear (and undo), pins.
+
+Every change goes through ``sessions.services`` (locked, audited, pushed live to every open
+tab); these views check who may act, read the form and render the answer. A refusal is a
+4xx with the reason where the control is, never a 500.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET, require_POST
+
+from sessions import services
+from sessions.access import changeable_session
+from sessions.http import AuthenticatedHttpRequest
+from sessions.models import AgentSession
+from sessions.services import Conflict, ServiceError
+
+# What a person types to confirm a clear.
+CLEAR_CONFIRMATION = "clear"
+
+
+def _refused(
+    request: AuthenticatedHttpRequest, error: ServiceError | str, *, field: str | None = None
+) -> HttpResponse:
+    message = error if isinstance(error, str) else error.message
+    status = 409 if isinstance(error, Conflict) else 422
+    return render(
+        request,
+        "sessions/_refused.html",
+        {"message": message, "field": field or getattr(error, "field", None)},
+        status=status,
+    )
+
+
+def _keep_from(request: AuthenticatedHttpRequest, data: dict[str, str]) -> int | str | None:
+    """The "compact everything above" seq of a form: None when absent, an error text if bad."""
+    raw = data.get("keep_from", "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return "keep_from: must be the seq of a message"
+    return value if value >= 0 else "keep_from: must be the seq of a message"
+
+
+def _changed() -> HttpResponse:
+    """Done: the acting tab refreshes what changed at once (others hear it on the socket)."""
+    return HttpResponse(status=204, headers={"HX-Trigger": "ctxhub-changed"})
+
+
+def _changeable(request: AuthenticatedHttpRequest, pk: UUID) -> AgentSession:
+    return changeable_session(request.user, pk)
+
+
+@require_GET
+def compaction_preview(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """A dry run: what compacting now would summarise and keep, and the button to apply it."""
+    session = _changeable(request, pk)
+    focus = request.GET.get("focus", "")
+    keep_from = _keep_from(request, request.GET.dict())
+    if isinstance(keep_from, str):
+        return _refused(request, keep_from, field="keep_from")
+    if len(focus) > 2_000:
+        return _refused(request, "focus: at most 2,000 characters", field="focus")
+    try:
+        preview = services.preview_compaction(session, focus=focus.strip(), keep_from=keep_from)
+    except ServiceError as error:
+        return _refused(request, error)
+    return render(
+        request, "sessions/_compaction_preview.html", {"session": session, "preview": preview}
+    )
+
+
+@require_POST
+def compact(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """Apply a previewed plan: refused as a conflict if the session changed since."""
+    session = _changeable(request, pk)
+    keep_from = _keep_from(request, request.POST.dict())
+    if isinstance(keep_from, str):
+        return _refused(request, keep_from, field="keep_from")
+    expected = request.POST.get("expected") or None
+    try:
+        job = services.request_compaction(
+            session,
+            actor=request.user,
+            focus=request.POST.get("focus", ""),
+            expected=expected,
+            keep_from=keep_from,
+        ).job
+    except ServiceError as error:
+        return _refused(request, error)
+    job.refresh_from_db()
+    return render(
+        request,
+        "sessions/_job_progress.html",
+        {"job": job, "stage": "queued" if job.status == "queued" else job.status, "data": {}},
+    )
+
+
+@require_POST
+def undo_compaction(request: AuthenticatedHttpRequest, pk: UUID, compaction: int) -> HttpResponse:
+    session = _changeable(request, pk)
+    try:
+        services.undo_compaction(session, compaction, actor=request.user)
+    except ServiceError as error:
+        return _refused(request, error)
+    return _changed()
+
+
+@require_POST
+def clear(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """``/clear``: the model sees nothing before this point; the log keeps everything."""
+    session = _changeable(request, pk)
+    if request.POST.get("confirm", "").strip().lower() != CLEAR_CONFIRMATION:
+        return _refused(request, f'confirm: type "{CLEAR_CONFIRMATION}" to clear', field="confirm")
+    try:
+        services.clear(session, actor=request.user)
+    except ServiceError as error:
+        return _refused(request, error)
+    return _changed()
+
+
+@require_POST
+def undo_clear(request: AuthenticatedHttpRequest, pk: UUID, clear: int) -> HttpResponse:
+    session = _changeable(request, pk)
+    try:
+        services.undo_clear(session, clear, actor=request.user)
+    except ServiceError as error:
+        return _refused(request, error)
+    return _changed()
+
+
+@require_POST
+def pin(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> HttpResponse:
+    session = _changeable(request, pk)
+    try:
+        if request.POST.get("pinned", "true") == "false":
+            services.unpin(session, seq, actor=request.user)
+        else:
+            services.pin(session, seq, actor=request.user)
+    except ServiceError as error:
+        return _refused(request, error)
+    return _changed()
+
+
+@require_POST
+def resume_auto(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    session = _changeable(request, pk)
+    services.resume_auto_compaction(session, actor=request.user)
+    return _changed()

@@ -1,0 +1,197 @@
+"""The fleet: every session a user may see, with what its next request carries.
+
+Governed tokens come from each session's snapshot when it is current (a worker refreshes it
+after appends), else from this process's carried state, else the session is governed here, as
+long as the request's time allows; a session left over is shown with its last known figures,
+marked as such, and a worker asked to refresh them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from django.db.models import Count, Max, Q, Sum
+
+from sessions import snapshots
+from sessions.history import effective_tokens, is_remembered, log_heads
+from sessions.models import (
+    ACTIVE_JOB_STATUSES,
+    AgentSession,
+    CompactionJob,
+    GovernedSnapshot,
+    JobStatus,
+    Pin,
+)
+from sessions.services.compaction import soft_threshold
+from sessions.services.governed import governed_context, session_policy, session_window
+from sessions.services.log import refresh_snapshot_later
+
+# Seconds one listing may spend governing sessions nobody governed since their last change.
+GOVERN_BUDGET_SECONDS = 2.0
+
+Sort = Literal["fullest", "governed", "log", "activity", "title", "compactions"]
+SORTS: tuple[Sort, ...] = ("fullest", "governed", "log", "activity", "title", "compactions")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRow:
+    session: AgentSession
+    owned: bool
+    messages: int
+    """Messages in the raw log."""
+    log_tokens: int
+    """Tokens of the raw log: everything ever stored, not what a request carries."""
+    governed: int | None
+    """Tokens the next request carries (None: never governed yet)."""
+    governed_current: bool
+    """False when ``governed`` is the figure of an earlier state of the session."""
+    budget: int
+    window: int
+    threshold: int
+    """Effective-history tokens at which automatic compaction starts."""
+    headroom: int
+    """Tokens until the next automatic compaction (negative: past the threshold)."""
+    auto: bool
+    compactions: int
+    status: str
+    """compacting, flagged (automatic compaction paused), failed (the last job), or ""."""
+    status_detail: str
+
+    @property
+    def percent(self) -> float:
+        """Governed tokens as a share of the budget."""
+        return 100.0 * (self.governed or 0) / self.budget if self.budget else 0.0
+
+    @property
+    def past_by(self) -> int:
+        """Tokens past the automatic-compaction threshold (0 below it)."""
+        return max(-self.headroom, 0)
+
+    @property
+    def last_activity(self) -> datetime:
+        return self.session.updated_at
+
+
+def visible_sessions(user: Any) -> Any:
+    """The sessions a user may see: their own; staff see everyone's (and change only theirs)."""
+    sessions = AgentSession.objects.select_related("owner")
+    return sessions if user.is_staff else sessions.filter(owner=user)
+
+
+def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRow]:
+    """The sessions ``user`` may see matching ``query`` (title or model), sorted by ``sort``."""
+    sessions = visible_sessions(user).annotate(
+        message_count=Count("messages", distinct=True),
+        log_tokens=Sum("messages__tokens"),
+        compaction_count=Count(
+            "compactions", filter=Q(compactions__undone_at__isnull=True), distinct=True
+        ),
+    )
+    if query.strip():
+        term = query.strip()
+        sessions = sessions.filter(Q(title__icontains=term) | Q(model__icontains=term))
+    rows = list(sessions)
+    ids = [s.pk for s in rows]
+    pins: dict[Any, list[int]] = {}
+    for session_id, seq in (
+        Pin.objects.filter(session__in=ids, undone_at__isnull=True)
+        .order_by("seq")
+        .values_list("session_id", "seq")
+    ):
+        pins.setdefault(session_id, []).append(seq)
+    known: dict[Any, dict[str, Any]] = {
+        row["session_id"]: dict(row)
+        for row in GovernedSnapshot.objects.filter(session__in=ids).values(
+            "session_id", "key", "tokens", "budget"
+        )
+    }
+    statuses = _statuses(ids)
+    deadline = time.monotonic() + GOVERN_BUDGET_SECONDS
+    # Sessions this process carries first: governing them costs next to nothing.
+    rows.sort(key=lambda s: not is_remembered(s))
+    listed = [
+        _row(s, user, pins.get(s.pk, []), known.get(s.pk), statuses.get(s.pk), deadline)
+        for s in rows
+    ]
+    return sort_rows(listed, sort)
+
+
+def _row(
+    session: Any,
+    user: Any,
+    pins: list[int],
+    snapshot: dict[str, Any] | None,
+    status: tuple[str, str] | None,
+    deadline: float,
+) -> FleetRow:
+    policy = session_policy(session)
+    budget = policy.history_budget(session_window(session))
+    governed: int | None = None
+    current = False
+    if (
+        snapshot is not None
+        and snapshot["tokens"] is not None
+        and snapshot["key"] == snapshots.key(session, pins)
+    ):
+        governed, current, budget = snapshot["tokens"], True, snapshot["budget"]
+    elif is_remembered(session) or time.monotonic() < deadline:
+        context = governed_context(session)
+        governed, current, budget = context.tokens, True, context.report.budget_tokens
+    else:
+        if snapshot is not None:
+            governed = snapshot["tokens"]  # the last known figure, if it was kept
+        refresh_snapshot_later(session, log_heads(session)[1])
+    threshold = soft_threshold(session, policy)
+    state, detail = status or ("", "")
+    if session.auto_compaction_paused and not state:
+        state, detail = "flagged", session.auto_compaction_paused
+    return FleetRow(
+        session=session,
+        owned=session.owner_id == user.pk,
+        messages=session.message_count,
+        log_tokens=session.log_tokens or 0,
+        governed=governed,
+        governed_current=current,
+        budget=budget,
+        window=session_window(session),
+        threshold=threshold,
+        headroom=threshold - effective_tokens(session),
+        auto=policy.compaction.auto and not session.auto_compaction_paused,
+        compactions=session.compaction_count,
+        status=state,
+        status_detail=detail,
+    )
+
+
+def _statuses(ids: list[Any]) -> dict[Any, tuple[str, str]]:
+    """Each session's job status: one compacting now, or its latest job failed."""
+    found: dict[Any, tuple[str, str]] = {}
+    latest = (
+        CompactionJob.objects.filter(session__in=ids)
+        .values("session_id")
+        .annotate(newest=Max("created_at"))
+    )
+    newest = {row["session_id"]: row["newest"] for row in latest}
+    for job in CompactionJob.objects.filter(session__in=ids, created_at__in=newest.values()):
+        if job.created_at != newest.get(job.session_id):
+            continue
+        if job.status in ACTIVE_JOB_STATUSES:
+            found[job.session_id] = ("compacting", f"compaction {job.status}")
+        elif job.status == JobStatus.FAILED:
+            found[job.session_id] = ("failed", job.error or "the last compaction failed")
+    return found
+
+
+def sort_rows(rows: list[FleetRow], sort: Sort) -> list[FleetRow]:
+    keys: dict[Sort, Any] = {
+        "fullest": lambda r: (-r.percent, r.session.title.lower()),
+        "governed": lambda r: (-(r.governed or 0), r.session.title.lower()),
+        "log": lambda r: (-r.log_tokens, r.session.title.lower()),
+        "activity": lambda r: -r.last_activity.timestamp(),
+        "title": lambda r: r.session.title.lower(),
+        "compactions": lambda r: (-r.compactions, r.session.title.lower()),
+    }
+    return sorted(rows, key=keys[sort])

@@ -43,7 +43,9 @@ def test_the_list_shows_own_sessions_with_totals(
     assert "Fix the parser" in page
     governed = services.governed_context(session)
     # What the next request carries against the budget, and the raw log beside it.
-    assert f'data-governed="{governed.tokens}" data-budget="{governed.report.budget_tokens}"' in page
+    assert (
+        f'data-governed="{governed.tokens}" data-budget="{governed.report.budget_tokens}"' in page
+    )
     assert f"{governed.tokens:,}</span> / {governed.report.budget_tokens:,}" in page
     assert f"{services.token_totals(session).tokens:,} <span" in page
 

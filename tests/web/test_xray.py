@@ -1,0 +1,148 @@
+"""The session x-ray: categories that add up, zones, and the fate of every message shown."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from sessions import services
+from sessions.history import record_state
+from sessions.models import AgentSession
+from sessions.xray import USED, Fates, xray
+from tests.factories import agent_turns, call, make_session, reply, result, user
+
+pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
+
+
+def _numbers(page: str) -> dict[str, int]:
+    """The category table as the page shows it: key → tokens."""
+    return {
+        key: int(tokens)
+        for key, tokens in re.findall(
+            r'<tr data-category="(\w+)"[^>]*>.*?data-tokens="(\d+)"', page, re.S
+        )
+    }
+
+
+def test_the_meter_adds_up_to_the_governed_count_for_every_demo_session(
+    client: Client, django_user_model: Any
+) -> None:
+    call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    client.login(username="demo", password="demo")
+    sessions = list(AgentSession.objects.all())
+    assert len(sessions) == 4
+    for session in sessions:
+        context = services.governed_context(session)
+        page = client.get(f"/sessions/{session.pk}/").content.decode()
+        shown = _numbers(page)
+        assert sum(shown[key] for key in USED) == context.tokens, session.title
+        assert f'data-testid="governed-total">{context.tokens:,}<' in page
+        # The room besides what is sent closes the window.
+        window = context.report.window_tokens
+        if context.report.fits:
+            assert sum(shown.values()) == window, session.title
+
+
+def test_categories_follow_the_zones_and_records(alice: object) -> None:
+    session = make_session(alice)
+    history = [user("start"), reply("ok")]
+    for i in range(40):
+        history += [call("read", f"c{i}", path=f"f{i}"), result("read", f"c{i}", "x " * 200)]
+    history.append(reply("done"))
+    services.append_messages(session, history)
+    services.pin(session, 5)
+    view = xray(services.governed_context(session))
+    tokens = {c.key: c.tokens for c in view.categories}
+    assert tokens["pinned"] > 0
+    assert sum(tokens[key] for key in USED) == view.governed
+    # The strip's runs cover the request, system prompt aside.
+    assert sum(s.tokens for s in view.segments) == view.governed - tokens["system"]
+    assert {s.category for s in view.segments} >= {"pinned", "tail"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compacted_session_shows_its_summary_and_summarised_messages(
+    client: Client, alice: object
+) -> None:
+    session = make_session(alice, title="Compacted")
+    history = agent_turns(10, 5, "y " * 900, "Fix OPS-1234 on db-west-3")
+    services.append_messages(session, history, auto_compact=False)
+    services.request_compaction(session)  # eager: done when it returns
+    context = services.governed_context(session)
+    view = xray(context)
+    assert {c.key: c.tokens for c in view.categories}["summary"] > 0
+    fates = Fates(context, record_state(session))
+    summarised = [seq for seq in range(len(history)) if fates.report_of(seq) is None]
+    assert summarised
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/?at={summarised[0]}").content.decode()
+    fate = re.search(rf'id="fate-{summarised[0]}"[^>]*data-state="(\w+)"', page)
+    assert fate is not None
+    assert fate.group(1) == "summarised"
+    assert 'data-testid="compaction"' in page
+
+
+def test_fates_name_what_each_part_goes_through(client: Client, alice: object) -> None:
+    session = make_session(alice, model="openai:gpt-4o")
+    # Outputs over the truncation limit, and more of them than the budget holds.
+    output = "\n".join(f"line {n} of the file" for n in range(2_500))
+    services.append_messages(session, agent_turns(6, 2, output))
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    actions = set(re.findall(r'class="badge action-(\w+)"', page))
+    assert actions & {"masked", "truncated", "evicted"}, actions
+    # The refresh endpoint answers the same badges out of band, for the range asked.
+    fates = client.get(f"/sessions/{session.pk}/fates/?from=1&to=3").content.decode()
+    assert fates.count('hx-swap-oob="true"') == 3
+    assert 'id="fate-0"' not in fates
+
+
+def test_sent_and_original_differ_where_governance_changed_a_part(
+    client: Client, alice: object
+) -> None:
+    session = make_session(alice, context_window=16_000)
+    big = "\n".join(f"row {n}: " + "z" * 40 for n in range(2_000))
+    services.append_messages(
+        session,
+        [
+            user("go"),
+            call("read", "c1", path="big.csv"),
+            result("read", "c1", big),
+            reply("ok"),
+            user("more"),
+            reply("fine"),
+        ],
+    )
+    client.force_login(alice)
+    original = client.get(f"/sessions/{session.pk}/messages/2/").content.decode()
+    sent = client.get(f"/sessions/{session.pk}/messages/2/sent/").content.decode()
+    assert "row 1999:" in original
+    assert "row 1999:" not in sent
+    assert "<html" not in sent
+
+
+@pytest.mark.parametrize("query", ["from=x&to=2", "from=3&to=1", "to=4", "from=-1&to=2"])
+def test_fates_refuse_a_bad_range_naming_it(client: Client, alice: object, query: str) -> None:
+    session = make_session(alice)
+    client.force_login(alice)
+    response = client.get(f"/sessions/{session.pk}/fates/?{query}")
+    assert response.status_code == 400
+    assert response.content.startswith(b"from, to:")
+
+
+def test_a_page_opened_at_a_seq_holds_it_and_does_not_follow(client: Client, alice: object) -> None:
+    session = make_session(alice)
+    services.append_messages(session, [user(f"step {i}") for i in range(500)])
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/?at=100").content.decode()
+    assert 'id="msg-100"' in page
+    assert 'id="msg-90"' in page
+    assert 'id="msg-89"' not in page
+    assert 'data-following="false"' in page
+    assert "data-catch-up-url" not in page
+    assert "?at=290" in page
+    assert client.get(f"/sessions/{session.pk}/?at=x").status_code == 400

@@ -1,4 +1,4 @@
-"""The x-ray's controls: compaction (preview, apply, undo), clear (and undo), pins.
+"""The x-ray's controls: compaction (preview, apply, undo), clear (and undo), pins, policy.
 
 Every change goes through ``sessions.services`` (locked, audited, pushed live to every open
 tab); these views check who may act, read the form and render the answer. A refusal is a
@@ -7,17 +7,21 @@ tab); these views check who may act, read the form and render the answer. A refu
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
+from ctxhub.governance import Policy
 from sessions import services
 from sessions.access import changeable_session
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession
+from sessions.policy_form import PolicyErrors, group_errors, knobs, overrides_from_form
 from sessions.services import Conflict, ServiceError
+from sessions.xray import compare
 
 # What a person types to confirm a clear.
 CLEAR_CONFIRMATION = "clear"
@@ -153,3 +157,70 @@ def resume_auto(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     session = _changeable(request, pk)
     services.resume_auto_compaction(session, actor=request.user)
     return _changed()
+
+
+# --- the policy editor --------------------------------------------------------------------
+
+
+@require_GET
+def policy_editor(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    session = _changeable(request, pk)
+    return render(
+        request,
+        "sessions/_policy.html",
+        {"session": session, "knobs": knobs(session.policy or {})},
+    )
+
+
+def _edited(
+    request: AuthenticatedHttpRequest, session: AgentSession, *, whole_form: bool
+) -> dict[str, Any] | HttpResponse:
+    """The submitted overrides; or a 422 with each refused knob's reason: the form again
+    (saving), or just the reasons, so a live preview never replaces what is being typed."""
+    try:
+        return overrides_from_form(request.POST.dict())
+    except PolicyErrors as error:
+        if not whole_form:
+            return render(
+                request, "sessions/_policy_errors.html", {"errors": error.errors}, status=422
+            )
+        return render(
+            request,
+            "sessions/_policy.html",
+            {
+                "session": session,
+                "knobs": knobs(error.submitted, error.errors),
+                "group_errors": group_errors(error.errors),
+            },
+            status=422,
+        )
+
+
+@require_POST
+def policy_preview(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """The x-ray under the edited policy, beside the current one: nothing is saved."""
+    session = _changeable(request, pk)
+    edited = _edited(request, session, whole_form=False)
+    if isinstance(edited, HttpResponse):
+        return edited
+    replay = compare(session, Policy.model_validate(edited))
+    return render(request, "sessions/_policy_preview.html", {"session": session, "replay": replay})
+
+
+@require_POST
+def policy_save(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    session = _changeable(request, pk)
+    edited = _edited(request, session, whole_form=True)
+    if isinstance(edited, HttpResponse):
+        return edited
+    try:
+        services.set_policy(session, edited, actor=request.user)
+    except ServiceError as error:
+        return _refused(request, error)
+    response = render(
+        request,
+        "sessions/_policy.html",
+        {"session": session, "knobs": knobs(edited), "saved": True},
+    )
+    response.headers["HX-Trigger"] = "ctxhub-changed"
+    return response

@@ -28,4 +28,7 @@ urlpatterns = [
     path("sessions/<uuid:pk>/clears/<int:clear>/undo/", controls.undo_clear, name="undo-clear"),
     path("sessions/<uuid:pk>/pins/<int:seq>/", controls.pin, name="pin"),
     path("sessions/<uuid:pk>/auto/resume/", controls.resume_auto, name="resume-auto"),
+    path("sessions/<uuid:pk>/policy/", controls.policy_editor, name="policy"),
+    path("sessions/<uuid:pk>/policy/preview/", controls.policy_preview, name="policy-preview"),
+    path("sessions/<uuid:pk>/policy/save/", controls.policy_save, name="policy-save"),
 ]

@@ -18,6 +18,8 @@ from sessions.history import RecordState
 from sessions.presenters import MessageView, PartView
 
 if TYPE_CHECKING:
+    from ctxhub.governance import Policy
+    from sessions.models import AgentSession
     from sessions.services.governed import GovernedContext
 
 # Categories of the request, in the order the meter draws them; the last three are the room
@@ -267,3 +269,56 @@ def _part_fate(view: PartView, fate: PartReport | None, kept: bool) -> PartFate:
         return PartFate(view, "kept" if kept else "dropped", 0, 0, None)
     action = fate.action if kept or fate.action != "kept" else "dropped"
     return PartFate(view, action, fate.tokens_before, fate.tokens_after, fate.ref)
+
+
+# --- replaying a session under another policy -----------------------------------------------
+
+REPLAY_CHANGES_SHOWN = 100
+
+
+@dataclass(frozen=True, slots=True)
+class FateChange:
+    seq: int
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The session's x-ray now and under an edited policy, and the messages whose fate moves."""
+
+    current: XRay
+    edited: XRay
+    changes: list[FateChange]
+    """The first ``REPLAY_CHANGES_SHOWN`` changed messages, in log order."""
+    changed: int
+
+    @property
+    def delta(self) -> int:
+        return self.edited.governed - self.current.governed
+
+
+def _fates_by_seq(context: GovernedContext) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for message in context.report.messages:
+        seq = context.seq_of(message.index)
+        if seq is None:
+            continue
+        actions = sorted({p.action for p in message.parts if p.action not in ("kept", "dropped")})
+        state = f"sent ({message.zone})" if message.kept else "dropped"
+        found[seq] = ", ".join([state, *actions])
+    return found
+
+
+def compare(session: AgentSession, policy: Policy) -> Replay:
+    """Govern the session under ``policy`` as well as its own (nothing is stored)."""
+    from sessions.services.governed import governed_context
+
+    now, then = governed_context(session), governed_context(session, policy=policy)
+    before, after = _fates_by_seq(now), _fates_by_seq(then)
+    moved = [
+        FateChange(seq, before[seq], after.get(seq, "not in the history"))
+        for seq in sorted(before)
+        if before[seq] != after.get(seq)
+    ]
+    return Replay(xray(now), xray(then), moved[:REPLAY_CHANGES_SHOWN], len(moved))

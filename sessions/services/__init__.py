@@ -35,7 +35,14 @@ from sessions.services.log import (
     sessions_for,
     token_totals,
 )
-from sessions.services.records import clear, pin, undo_clear, undo_compaction, unpin
+from sessions.services.records import (
+    clear,
+    pin,
+    set_policy,
+    undo_clear,
+    undo_compaction,
+    unpin,
+)
 
 __all__ = [
     "PAGE_SIZE",
@@ -66,6 +73,7 @@ __all__ = [
     "session_summarizer",
     "session_window",
     "sessions_for",
+    "set_policy",
     "soft_threshold",
     "token_totals",
     "undo_clear",

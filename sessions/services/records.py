@@ -1,4 +1,5 @@
-"""Records over the log a person (or an agent) writes directly: clear, pins, undo.
+"""Records over the log a person (or an agent) writes directly: clear, pins, undo, and the
+session's policy.
 
 Each change is one transaction that locks the session row (appends and other changes wait),
 writes the record, bumps the session's records revision and an audit event with the governed
@@ -14,7 +15,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from pydantic import ValidationError
 
+from ctxhub.governance import Policy
 from sessions import live
 from sessions.history import effective_history
 from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
@@ -176,3 +179,22 @@ def undo_clear(session: AgentSession, clear_id: int, *, actor: Any = None) -> Cl
         raise NotFound("no such clear in this session")
     undo(session, record, actor=actor)
     return record
+
+
+def set_policy(session: AgentSession, overrides: dict[str, Any], *, actor: Any = None) -> None:
+    """Store a session's policy overrides (validated by the engine; only what differs from the
+    defaults). What the model sees changes at once: audited and pushed like a record."""
+    try:
+        Policy.model_validate(overrides)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "policy"
+        raise Invalid(first["msg"], field=field) from None
+    with _change(session, actor, "policy") as change:
+        previous = AgentSession.objects.values_list("policy", flat=True).get(pk=session.pk)
+        if previous == overrides:
+            change.unchanged = True
+            return
+        AgentSession.objects.filter(pk=session.pk).update(policy=overrides)
+        session.policy = overrides
+        change.data.update(before=previous, after=overrides)

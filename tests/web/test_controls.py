@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 import pytest
 from django.test import Client
 
+from ctxhub.governance import Policy
 from sessions import services
 from sessions.models import AuditEvent, Clear, Compaction, Pin
 from tests.factories import agent_turns, make_session, user
@@ -147,9 +150,12 @@ PAGES = [
     "/sessions/{pk}/messages/1/sent/",
     "/sessions/{pk}/evicted/evicted-x/",
     "/sessions/{pk}/compact/preview/",
+    "/sessions/{pk}/policy/",
 ]
 CONTROLS = [
     "/sessions/{pk}/compact/",
+    "/sessions/{pk}/policy/preview/",
+    "/sessions/{pk}/policy/save/",
     "/sessions/{pk}/compactions/1/undo/",
     "/sessions/{pk}/clear/",
     "/sessions/{pk}/clears/1/undo/",
@@ -221,3 +227,98 @@ def test_controls_refuse_a_request_without_the_csrf_token(
 def test_controls_refuse_get(client: Client, alice: Any, session: Any, url: str) -> None:
     client.force_login(alice)
     assert client.get(url.format(pk=session.pk)).status_code == 405
+
+
+# --- the policy editor --------------------------------------------------------------------
+
+
+def _form(client: Client, session: Any) -> dict[str, str]:
+    """The editor's fields with their current values, as a browser would submit them."""
+    page = client.get(f"/sessions/{session.pk}/policy/").content.decode()
+    fields = dict(re.findall(r'<input id="knob-[^"]+" name="([^"]+)" value="([^"]*)"', page))
+    for name, options in re.findall(
+        r'<select id="knob-[^"]+" name="([^"]+)">(.*?)</select>', page, re.S
+    ):
+        chosen = re.search(r'<option(?: value="([^"]+)")? selected>([^<]*)<', options)
+        assert chosen is not None, name
+        fields[name] = chosen.group(1) or chosen.group(2)
+    return {k: html.unescape(v) for k, v in fields.items()}
+
+
+def test_the_editor_lists_every_knob_with_its_default(
+    client: Client, alice: object, session: Any
+) -> None:
+    client.force_login(alice)
+    fields = _form(client, session)
+    for name in ("masking.keep_last", "window.triggers", "compaction.soft_threshold",
+                 "eviction.threshold_tokens", "tool_output.strategy", "drop_groups"):  # fmt: skip
+        assert name in fields
+    assert fields["masking.keep_last"] == "5"
+    assert fields["drop_groups"] == "true"
+
+
+def test_an_unchanged_form_stores_no_overrides(client: Client, alice: object, session: Any) -> None:
+    client.force_login(alice)
+    response = client.post(f"/sessions/{session.pk}/policy/save/", _form(client, session))
+    assert response.status_code == 200
+    session.refresh_from_db()
+    assert session.policy == {}
+
+
+def test_preview_replays_the_session_under_the_edited_policy_without_saving(
+    client: Client, alice: object, session: Any
+) -> None:
+    client.force_login(alice)
+    form = {**_form(client, session), "masking.keep_last": "1", "masking.apply": "always"}
+    response = client.post(f"/sessions/{session.pk}/policy/preview/", form)
+    assert response.status_code == 200
+    edited = services.governed_context(
+        session, policy=Policy.model_validate({"masking": {"keep_last": 1, "apply": "always"}})
+    )
+    page = response.content.decode()
+    assert f'data-testid="replay-tokens">{edited.tokens:,}<' in page
+    assert edited.tokens < services.governed_context(session).tokens
+    session.refresh_from_db()
+    assert session.policy == {}
+
+
+def test_save_stores_only_what_differs_audited(client: Client, alice: object, session: Any) -> None:
+    client.force_login(alice)
+    form = {**_form(client, session), "masking.keep_last": "1", "safety_margin": "0.2"}
+    response = client.post(f"/sessions/{session.pk}/policy/save/", form)
+    assert response.status_code == 200
+    assert response.headers["HX-Trigger"] == "ctxhub-changed"
+    session.refresh_from_db()
+    assert session.policy == {"masking": {"keep_last": 1}, "safety_margin": 0.2}
+    event = AuditEvent.objects.get(session=session, verb="policy")
+    assert event.actor == alice
+    assert event.data["after"] == session.policy
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "message"),
+    [
+        ("safety_margin", "0.9", "less than 0.5"),
+        ("masking.keep_last", "many", "a whole number"),
+        ("tool_output.strategy", "middle", "one of head, tail, both"),
+        ("window.triggers", "[{", "JSON"),
+        ("window.notice", "no placeholder", "{omitted}"),
+    ],
+)
+def test_a_refused_knob_is_named_and_nothing_is_saved(
+    client: Client, alice: object, session: Any, knob: str, value: str, message: str
+) -> None:
+    client.force_login(alice)
+    form = {**_form(client, session), knob: value}
+    saved = client.post(f"/sessions/{session.pk}/policy/save/", form)
+    assert saved.status_code == 422
+    page = html.unescape(saved.content.decode())
+    assert message in page
+    group = knob.rsplit(".", 1)[0] if knob == "window.notice" else knob
+    assert f'data-field="{group}"' in page
+    preview = client.post(f"/sessions/{session.pk}/policy/preview/", form)
+    assert preview.status_code == 422
+    assert 'data-testid="policy-errors"' in preview.content.decode()
+    session.refresh_from_db()
+    assert session.policy == {}
+    assert not AuditEvent.objects.filter(verb="policy").exists()

@@ -13,6 +13,8 @@ mkdirSync(encodingsDir, { recursive: true });
 
 copyFileSync(`${here}node_modules/htmx.org/dist/htmx.min.js`, `${staticDir}htmx.min.js`);
 copyFileSync(`${here}node_modules/htmx-ext-ws/dist/ws.min.js`, `${staticDir}htmx-ext-ws.min.js`);
+copyFileSync(`${here}node_modules/uplot/dist/uPlot.iife.min.js`, `${staticDir}uPlot.iife.min.js`);
+copyFileSync(`${here}node_modules/uplot/dist/uPlot.min.css`, `${staticDir}uPlot.min.css`);
 
 for (const name of ["cl100k_base", "o200k_base"]) {
   const ranks = (await import(`js-tiktoken/ranks/${name}`)).default;

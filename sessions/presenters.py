@@ -10,6 +10,7 @@ from pydantic_ai.messages import (
     BinaryContent,
     FilePart,
     FileUrl,
+    ModelMessage,
     ModelRequestPart,
     ModelResponsePart,
     ToolCallPart,
@@ -58,6 +59,9 @@ class MessageView:
     source: str
     created_at: datetime
     parts: list[PartView]
+    reported_input: int | None = None
+    """Input tokens the provider reported for the request this response answered."""
+    reported_output: int | None = None
 
     @property
     def cut(self) -> bool:
@@ -114,7 +118,16 @@ def present_message(row: Message, *, full: bool = False) -> MessageView:
         source=row.get_source_display(),
         created_at=row.created_at,
         parts=[present_part(part, full=full) for part in message.parts],
+        **_reported(message),
     )
+
+
+def _reported(message: ModelMessage) -> dict[str, int]:
+    """The usage a stored response carries, if the provider reported any."""
+    usage = getattr(message, "usage", None)
+    if usage is None or not (usage.input_tokens or usage.output_tokens):
+        return {}
+    return {"reported_input": usage.input_tokens, "reported_output": usage.output_tokens}
 
 
 def present_sent(context: GovernedContext, seq: int) -> list[PartView]:

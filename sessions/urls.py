@@ -11,6 +11,7 @@ urlpatterns = [
     path("sessions/<uuid:pk>/", views.session_detail, name="detail"),
     path("sessions/<uuid:pk>/xray/", views.xray_fragment, name="xray"),
     path("sessions/<uuid:pk>/records/", views.records_fragment, name="records"),
+    path("sessions/<uuid:pk>/trajectory/", views.trajectory_fragment, name="trajectory"),
     path("sessions/<uuid:pk>/fates/", views.fates, name="fates"),
     path("sessions/<uuid:pk>/messages/", views.messages, name="messages"),
     path("sessions/<uuid:pk>/messages/<int:seq>/", views.message_detail, name="message"),

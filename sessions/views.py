@@ -18,6 +18,7 @@ from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message
 from sessions.presenters import present_message, present_sent
 from sessions.services.fleet import SORTS, fleet
+from sessions.trajectory import trajectory
 from sessions.xray import Fates, xray
 
 # The most messages one fate refresh covers (a page and the pages loaded before it).
@@ -86,6 +87,7 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
             "can_change": may_change(request.user, session),
             "xray": xray(timeline["context"]),
             "totals": services.token_totals(session),
+            "trajectory": _trajectory(session),
             # A page that ends before the log does shows a "later" link and is not followed
             # live (new messages would leave a gap).
             "following": following,
@@ -104,6 +106,25 @@ def xray_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
         request,
         "sessions/_xray.html",
         {"session": session, "xray": xray(services.governed_context(session))},
+    )
+
+
+def _trajectory(session: AgentSession) -> dict[str, Any]:
+    policy = services.session_policy(session)
+    return trajectory(
+        session,
+        threshold=services.soft_threshold(session, policy),
+        budget=policy.history_budget(services.session_window(session)),
+    )
+
+
+@require_GET
+def trajectory_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    session = visible_session(request.user, pk)
+    return render(
+        request,
+        "sessions/_trajectory.html",
+        {"session": session, "trajectory": _trajectory(session)},
     )
 
 

@@ -89,7 +89,8 @@ def trajectory(session: AgentSession, *, threshold: int, budget: int) -> dict[st
         )
         seqs.append(seq)
         effective.append(prefix[seq] - prefix[start] - saved)
-        reported.append(int(usage) if usage not in (None, "") else None)
+        # A response stored without usage carries zeros: nothing was reported.
+        reported.append(int(usage) if usage not in (None, "", "0") else None)
     # A compaction is marked at the newest message stored when it was made.
     marks = sorted(
         {max(bisect_right(times, c.created) - 1, 0) for c in compactions if c.undone is None}

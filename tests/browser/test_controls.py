@@ -83,6 +83,15 @@ def test_preview_then_apply_shows_progress_and_the_result(
     page.get_by_test_id(re.compile(r"summary-\d+")).locator("summary").click()
     expect(record.locator("pre.summary")).to_be_visible()
     shot(page, "compact-result")
+    # The trajectory is drawn again from the database, with the compaction marked.
+    chart = page.get_by_test_id("trajectory-chart")
+    expect(chart.locator("canvas")).to_have_count(1)
+    marks = page.evaluate(
+        "JSON.parse(document.getElementById('trajectory-data').textContent).marks"
+    )
+    assert marks == [119]
+    chart.scroll_into_view_if_needed()
+    shot(page, "trajectory")
     stored = Compaction.objects.get(session=session)
     assert stored.focus == "the scheduler refactor"
     assert len(stored.summarized_seqs) == summarised

@@ -143,6 +143,7 @@ PAGES = [
     "/sessions/{pk}/",
     "/sessions/{pk}/xray/",
     "/sessions/{pk}/records/",
+    "/sessions/{pk}/trajectory/",
     "/sessions/{pk}/fates/?from=0&to=3",
     "/sessions/{pk}/messages/?after=-1",
     "/sessions/{pk}/messages/?before=5",

@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.usage import RequestUsage
 
 from sessions import services
 from sessions.history import record_state
-from sessions.models import AgentSession
+from sessions.models import AgentSession, Compaction
+from sessions.trajectory import trajectory
 from sessions.xray import USED, Fates, xray
 from tests.factories import agent_turns, call, make_session, reply, result, user
 
@@ -146,3 +149,44 @@ def test_a_page_opened_at_a_seq_holds_it_and_does_not_follow(client: Client, ali
     assert "data-catch-up-url" not in page
     assert "?at=290" in page
     assert client.get(f"/sessions/{session.pk}/?at=x").status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_trajectory_shows_each_request_as_it_was_then(client: Client, alice: object) -> None:
+    session = make_session(alice, title="Reported")
+    history = agent_turns(10, 5, "y " * 900)
+    with_usage = [
+        ModelResponse(parts=m.parts, usage=RequestUsage(input_tokens=1_000 + i, output_tokens=7))
+        if isinstance(m, ModelResponse)
+        else m
+        for i, m in enumerate(history)
+    ]
+    services.append_messages(session, with_usage, auto_compact=False)
+    first = trajectory(session, threshold=10, budget=20)
+    responses = [m.seq for m in session.messages.all() if m.kind == "response"]
+    assert first["seqs"] == responses
+    assert first["reported"] == [1_000 + s for s in responses]
+    # Before any record, each request carries the whole log before it.
+    tokens = list(session.messages.order_by("seq").values_list("tokens", flat=True))
+    assert first["effective"] == [sum(tokens[:s]) for s in responses]
+    assert first["marks"] == []
+
+    services.request_compaction(session)
+    record = Compaction.objects.get(session=session)
+    services.append_messages(session, agent_turns(1, 2, "z"), auto_compact=False)
+    after = trajectory(session, threshold=10, budget=20)
+    # Requests made before the compaction keep the size they had; the ones after shrink.
+    assert after["effective"][: len(responses)] == first["effective"]
+    assert after["effective"][-1] < first["effective"][-1]
+    assert after["marks"] == [119]
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert 'id="trajectory-data"' in page
+    assert f'data-testid="reported-{responses[0]}">provider: {1_000 + responses[0]:,} in' in page
+    assert record.undone_at is None
+
+
+def test_a_response_without_usage_reports_nothing(alice: object) -> None:
+    session = make_session(alice)
+    services.append_messages(session, agent_turns(2, 1, "x"))
+    assert set(trajectory(session, threshold=1, budget=2)["reported"]) == {None}

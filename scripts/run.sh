@@ -11,4 +11,5 @@ say "preparing the database and the demo data"
 .venv/bin/python manage.py migrate --verbosity 0
 .venv/bin/python manage.py seed_demo
 say "ctxhub is at http://127.0.0.1:$port/  (log in as demo / demo; Ctrl-C stops it)"
+say "an admin account (the admin pages, and every user's sessions read-only): in another terminal, .venv/bin/python manage.py createsuperuser, then log in with it"
 exec .venv/bin/python manage.py runserver "127.0.0.1:$port"

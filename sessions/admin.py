@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.http import HttpRequest
+from django.utils.html import format_html
 
 from sessions.models import (
     AgentSession,
@@ -16,6 +18,7 @@ from sessions.models import (
     Message,
     Pin,
 )
+from sessions.services.fleet import GOVERN_BUDGET_SECONDS, session_figures
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
@@ -37,30 +40,70 @@ class AgentSessionAdmin(admin.ModelAdmin[AgentSession]):
         "title",
         "owner",
         "model",
-        "context_window",
-        "message_count",
+        "governed",
         "token_total",
+        "message_count",
+        "compaction_count",
         "updated_at",
+        "xray",
     ]
     list_filter = ["model", "owner"]
     search_fields = ["title", "model", "owner__username"]
-    readonly_fields = ["id", "created_at", "updated_at"]
+    # The policy, its records and their revision change through the dashboard's services,
+    # which validate, audit and push them; here they are shown only.
+    readonly_fields = [
+        "id",
+        "policy",
+        "revision",
+        "auto_compaction_paused",
+        "created_at",
+        "updated_at",
+        "xray",
+    ]
     date_hierarchy = "updated_at"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentSession]:
         return (
             super()
             .get_queryset(request)
-            .annotate(_messages=Count("messages"), _tokens=Sum("messages__tokens"))
+            .annotate(
+                _messages=Count("messages", distinct=True),
+                _tokens=Sum("messages__tokens"),
+                _compactions=Count(
+                    "compactions",
+                    filter=Q(compactions__undone_at__isnull=True),
+                    distinct=True,
+                ),
+            )
         )
 
-    @admin.display(ordering="_messages", description="messages")
-    def message_count(self, obj: Any) -> int:
-        return int(obj._messages)
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # One listing may govern sessions nobody governed since they changed, for so long.
+        self._deadline = time.monotonic() + GOVERN_BUDGET_SECONDS
+        return super().changelist_view(request, extra_context)
 
-    @admin.display(ordering="_tokens", description="tokens")
-    def token_total(self, obj: Any) -> int:
-        return int(obj._tokens or 0)
+    @admin.display(description="governed / budget")
+    def governed(self, obj: AgentSession) -> str:
+        tokens, current, budget = session_figures(obj, getattr(self, "_deadline", 0.0))
+        if tokens is None:
+            return "pending (a worker is governing it)"
+        return f"{tokens:,} / {budget:,}" + ("" if current else " (as of an earlier state)")
+
+    @admin.display(ordering="_messages", description="messages")
+    def message_count(self, obj: Any) -> str:
+        return f"{obj._messages:,}"
+
+    @admin.display(ordering="_tokens", description="raw log tokens")
+    def token_total(self, obj: Any) -> str:
+        return f"{obj._tokens or 0:,}"
+
+    @admin.display(ordering="_compactions", description="compactions")
+    def compaction_count(self, obj: Any) -> int:
+        return int(obj._compactions)
+
+    @admin.display(description="x-ray")
+    def xray(self, obj: AgentSession) -> str:
+        return format_html('<a href="{}">open the x-ray</a>', obj.get_absolute_url())
 
 
 @admin.register(Message)

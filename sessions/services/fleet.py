@@ -16,7 +16,7 @@ from typing import Any, Literal
 from django.db.models import Count, Max, Q, Sum
 
 from sessions import snapshots
-from sessions.history import effective_tokens, is_remembered, log_heads
+from sessions.history import effective_tokens, is_remembered, log_heads, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
     AgentSession,
@@ -128,22 +128,7 @@ def _row(
     deadline: float,
 ) -> FleetRow:
     policy = session_policy(session)
-    budget = policy.history_budget(session_window(session))
-    governed: int | None = None
-    current = False
-    if (
-        snapshot is not None
-        and snapshot["tokens"] is not None
-        and snapshot["key"] == snapshots.key(session, pins)
-    ):
-        governed, current, budget = snapshot["tokens"], True, snapshot["budget"]
-    elif is_remembered(session) or time.monotonic() < deadline:
-        context = governed_context(session)
-        governed, current, budget = context.tokens, True, context.report.budget_tokens
-    else:
-        if snapshot is not None:
-            governed = snapshot["tokens"]  # the last known figure, if it was kept
-        refresh_snapshot_later(session, log_heads(session)[1])
+    governed, current, budget = governed_figures(session, pins, snapshot, deadline)
     threshold = soft_threshold(session, policy)
     state, detail = status or ("", "")
     if session.auto_compaction_paused and not state:
@@ -163,6 +148,38 @@ def _row(
         compactions=session.compaction_count,
         status=state,
         status_detail=detail,
+    )
+
+
+def governed_figures(
+    session: AgentSession,
+    pins: list[int],
+    snapshot: dict[str, Any] | None,
+    deadline: float,
+) -> tuple[int | None, bool, int]:
+    """Governed tokens, whether they are current, and the budget: from the snapshot if it is
+    current, else governed here before ``deadline`` (``time.monotonic()``), else the last
+    known figure (None if none), with a worker asked to refresh it."""
+    if (
+        snapshot is not None
+        and snapshot["tokens"] is not None
+        and snapshot["key"] == snapshots.key(session, pins)
+    ):
+        return snapshot["tokens"], True, snapshot["budget"]
+    if is_remembered(session) or time.monotonic() < deadline:
+        context = governed_context(session)
+        return context.tokens, True, context.report.budget_tokens
+    refresh_snapshot_later(session, log_heads(session)[1])
+    budget = session_policy(session).history_budget(session_window(session))
+    return (None if snapshot is None else snapshot["tokens"]), False, budget
+
+
+def session_figures(session: AgentSession, deadline: float) -> tuple[int | None, bool, int]:
+    """``governed_figures`` of one session, reading its pins and snapshot."""
+    row = GovernedSnapshot.objects.filter(session=session).values("key", "tokens", "budget")
+    snapshot = row.first()
+    return governed_figures(
+        session, pinned_seqs(session), None if snapshot is None else dict(snapshot), deadline
     )
 
 

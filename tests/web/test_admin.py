@@ -30,9 +30,7 @@ def test_the_session_list_shows_governed_usage_and_links_to_the_xray(
     assert f'href="{session.get_absolute_url()}">open the x-ray' in page
 
 
-def test_the_policy_is_not_edited_in_the_admin(
-    client: Client, admin_user: Any, alice: Any
-) -> None:
+def test_the_policy_is_not_edited_in_the_admin(client: Client, admin_user: Any, alice: Any) -> None:
     session = make_session(alice, policy={"masking": {"keep_last": 2}})
     client.force_login(admin_user)
     page = client.get(f"/admin/agent_sessions/agentsession/{session.pk}/change/").content

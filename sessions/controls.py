@@ -49,7 +49,7 @@ def _keep_from(request: AuthenticatedHttpRequest, data: dict[str, str]) -> int |
         value = int(raw)
     except ValueError:
         return "keep_from: must be the seq of a message"
-    return value if value >= 0 else "keep_from: must be the seq of a message"
+    return value if 0 <= value < 2**31 else "keep_from: must be the seq of a message"
 
 
 def _changed() -> HttpResponse:

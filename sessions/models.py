@@ -108,6 +108,11 @@ class Message(models.Model):
         blank=True,
         help_text="What governance needs to plan without parsing the payload, for `encoding`.",
     )
+    reported_input_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="A response's input tokens as its provider reported them (from the payload).",
+    )
     content_hash = models.CharField(max_length=64, db_index=True)
     source = models.CharField(max_length=8, choices=MessageSource.choices)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -5,7 +5,7 @@ from, *as it was then* (the log up to that point, less what the clears and compa
 at that moment hid or replaced, counted from stored counts), and the input tokens the provider
 reported, where the stored response carries its usage. Compactions are marked where they were
 made, with the soft threshold and the budget as lines. One query over the log's counts (no
-payload is parsed); long sessions are thinned to ``MAX_POINTS`` for the chart.
+payload is read); long sessions are thinned to ``MAX_POINTS`` for the chart.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate
 from typing import Any
-
-from django.db.models.fields.json import KT
 
 from sessions.models import AgentSession, Clear, Compaction, MessageKind
 
@@ -49,7 +47,7 @@ def trajectory(session: AgentSession, *, threshold: int, budget: int) -> dict[st
     where not reported), compaction marks (seq where made), and the two lines."""
     rows = list(
         session.messages.order_by("seq").values_list(
-            "seq", "tokens", "kind", "created_at", KT("payload__usage__input_tokens")
+            "seq", "tokens", "kind", "created_at", "reported_input_tokens"
         )
     )
     if not rows:
@@ -89,8 +87,7 @@ def trajectory(session: AgentSession, *, threshold: int, budget: int) -> dict[st
         )
         seqs.append(seq)
         effective.append(prefix[seq] - prefix[start] - saved)
-        # A response stored without usage carries zeros: nothing was reported.
-        reported.append(int(usage) if usage not in (None, "", "0") else None)
+        reported.append(usage)
     # A compaction is marked at the newest message stored when it was made.
     marks = sorted(
         {max(bisect_right(times, c.created) - 1, 0) for c in compactions if c.undone is None}

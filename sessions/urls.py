@@ -1,8 +1,24 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, register_converter
 
 from sessions import controls, views
+
+
+class SeqConverter:
+    """A seq or a record id: digits that fit the database's integer columns (a longer number
+    is a 404, not a database error)."""
+
+    regex = "[0-9]{1,9}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(SeqConverter, "seq")
 
 app_name = "sessions"
 
@@ -14,20 +30,20 @@ urlpatterns = [
     path("sessions/<uuid:pk>/trajectory/", views.trajectory_fragment, name="trajectory"),
     path("sessions/<uuid:pk>/fates/", views.fates, name="fates"),
     path("sessions/<uuid:pk>/messages/", views.messages, name="messages"),
-    path("sessions/<uuid:pk>/messages/<int:seq>/", views.message_detail, name="message"),
-    path("sessions/<uuid:pk>/messages/<int:seq>/sent/", views.message_sent, name="sent"),
+    path("sessions/<uuid:pk>/messages/<seq:seq>/", views.message_detail, name="message"),
+    path("sessions/<uuid:pk>/messages/<seq:seq>/sent/", views.message_sent, name="sent"),
     path("sessions/<uuid:pk>/evicted/<str:ref>/", views.evicted, name="evicted"),
     path("sessions/<uuid:pk>/recount/", views.recount, name="recount"),
     path("sessions/<uuid:pk>/compact/preview/", controls.compaction_preview, name="preview"),
     path("sessions/<uuid:pk>/compact/", controls.compact, name="compact"),
     path(
-        "sessions/<uuid:pk>/compactions/<int:compaction>/undo/",
+        "sessions/<uuid:pk>/compactions/<seq:compaction>/undo/",
         controls.undo_compaction,
         name="undo-compaction",
     ),
     path("sessions/<uuid:pk>/clear/", controls.clear, name="clear"),
-    path("sessions/<uuid:pk>/clears/<int:clear>/undo/", controls.undo_clear, name="undo-clear"),
-    path("sessions/<uuid:pk>/pins/<int:seq>/", controls.pin, name="pin"),
+    path("sessions/<uuid:pk>/clears/<seq:clear>/undo/", controls.undo_clear, name="undo-clear"),
+    path("sessions/<uuid:pk>/pins/<seq:seq>/", controls.pin, name="pin"),
     path("sessions/<uuid:pk>/auto/resume/", controls.resume_auto, name="resume-auto"),
     path("sessions/<uuid:pk>/policy/", controls.policy_editor, name="policy"),
     path("sessions/<uuid:pk>/policy/preview/", controls.policy_preview, name="policy-preview"),

@@ -141,14 +141,17 @@ def _govern(
 _WARMING: dict[Any, threading.Thread] = {}
 _WARMING_LOCK = threading.Lock()
 
+WARM_UP_DELAY_SECONDS = 2.0
+"""The warm-up starts this long after the snapshot was served: it holds the interpreter for a
+while, and the request that read the snapshot (a page, say) should finish first."""
+
 
 def _warm_up_later(session: AgentSession) -> None:
     with _WARMING_LOCK:
         if session.pk in _WARMING:
             return
-        thread = threading.Thread(
-            target=_warm_up, args=(session,), name=f"warm-up-{session.pk}", daemon=True
-        )
+        thread = threading.Timer(WARM_UP_DELAY_SECONDS, _warm_up, args=(session,))
+        thread.name, thread.daemon = f"warm-up-{session.pk}", True
         _WARMING[session.pk] = thread
     thread.start()
 

@@ -44,6 +44,10 @@ def _build(
         encoding=tokenizer.encoding_name,
         tokens_exact=tokenizer.exact,
         facts=facts.to_json(),
+        # Read from the payload once, so charts of long sessions never parse payloads.
+        reported_input_tokens=(
+            message.usage.input_tokens or None if isinstance(message, ModelResponse) else None
+        ),
         content_hash=content_hash(payload),
         source=source,
     )
@@ -128,15 +132,19 @@ class TokenTotals:
 
 
 def token_totals(session: AgentSession) -> TokenTotals:
-    """The size of the whole log against the session's window, from the cached counts."""
-    tokenizer = session_tokenizer(session)
+    """The size of the whole log against the session's window, from the cached counts (and
+    the encoding they were made with, as stored: no encoding is loaded for it)."""
     agg = session.messages.aggregate(tokens=Sum("tokens"), messages=Max("seq"))
+    newest = session.messages.order_by("-seq").values_list("encoding", "tokens_exact").first()
+    if newest is None:
+        tokenizer = session_tokenizer(session)
+        newest = (tokenizer.encoding_name, tokenizer.exact)
     return TokenTotals(
         messages=0 if agg["messages"] is None else agg["messages"] + 1,
         tokens=agg["tokens"] or 0,
         window=session_window(session),
-        encoding=tokenizer.encoding_name,
-        exact=tokenizer.exact,
+        encoding=newest[0],
+        exact=newest[1],
     )
 
 

@@ -119,10 +119,18 @@ def test_a_page_catches_up_on_what_it_missed_while_the_server_restarted(
     server_side(
         lambda: services.append_message(session, user("appended while the server was down"))
     )
+    # And a record: what the model sees changed too.
+    server_side(lambda: services.pin(session, 0))
 
     with asgi_server(log, port):
         page.wait_for_function("() => window.socketOpens === 2", timeout=60_000)
         expect(page.locator("#msg-2")).to_contain_text("appended while the server was down")
+        # Re-rendered from the database: the x-ray, and the fate of every message shown.
+        expect(page.locator("#fate-0")).to_contain_text("pinned")
+        expect(page.locator("#fate-2")).to_have_attribute("data-state", "sent")
+        expect(page.locator('[data-category="pinned"] [data-tokens]')).not_to_have_attribute(
+            "data-tokens", "0"
+        )
         server_side(
             lambda: services.append_message(session, reply("and one pushed after the reconnect"))
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -76,6 +77,16 @@ def test_another_user_is_refused(server: str, alice: object, bob: object) -> Non
     with pytest.raises(InvalidStatus) as exc:
         _open(server, session.pk, _cookie(bob))
     assert exc.value.response.status_code == 403
+
+
+def test_staff_may_watch_another_users_session(
+    server: str, alice: object, django_user_model: Any
+) -> None:
+    staff = django_user_model.objects.create_user("carol", password="pw", is_staff=True)
+    session = make_session(alice)
+    with _open(server, session.pk, _cookie(staff)) as socket:
+        services.append_message(session, user("watched by staff"))
+        assert "watched by staff" in socket.recv(timeout=10)
 
 
 def test_an_anonymous_socket_is_refused(server: str, alice: object) -> None:

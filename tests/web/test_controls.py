@@ -323,3 +323,31 @@ def test_a_refused_knob_is_named_and_nothing_is_saved(
     session.refresh_from_db()
     assert session.policy == {}
     assert not AuditEvent.objects.filter(verb="policy").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/sessions/{pk}/messages/99999999999/",
+        "/sessions/{pk}/messages/99999999999/sent/",
+        "/sessions/{pk}/pins/99999999999/",
+        "/sessions/{pk}/compactions/99999999999/undo/",
+    ],
+)
+def test_a_seq_beyond_the_database_is_a_404(
+    client: Client, alice: object, session: Any, url: str
+) -> None:
+    client.force_login(alice)
+    target = url.format(pk=session.pk)
+    response = client.post(target) if "messages" not in url else client.get(target)
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize("query", ["?at=99999999999", "fates/?from=0&to=99999999999"])
+def test_a_seq_parameter_beyond_the_database_is_a_400(
+    client: Client, alice: object, session: Any, query: str
+) -> None:
+    client.force_login(alice)
+    assert client.get(f"/sessions/{session.pk}/{query}").status_code == 400
+    preview = client.get(f"/sessions/{session.pk}/compact/preview/?keep_from=99999999999")
+    assert preview.status_code == 422

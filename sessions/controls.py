@@ -20,7 +20,7 @@ from sessions.access import changeable_session
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession
 from sessions.policy_form import PolicyErrors, group_errors, knobs, overrides_from_form
-from sessions.services import Conflict, ServiceError
+from sessions.services import Conflict, NotFound, ServiceError
 from sessions.xray import compare
 
 # What a person types to confirm a clear.
@@ -31,7 +31,7 @@ def _refused(
     request: AuthenticatedHttpRequest, error: ServiceError | str, *, field: str | None = None
 ) -> HttpResponse:
     message = error if isinstance(error, str) else error.message
-    status = 409 if isinstance(error, Conflict) else 422
+    status = 409 if isinstance(error, Conflict) else 404 if isinstance(error, NotFound) else 422
     return render(
         request,
         "sessions/_refused.html",
@@ -40,7 +40,7 @@ def _refused(
     )
 
 
-def _keep_from(request: AuthenticatedHttpRequest, data: dict[str, str]) -> int | str | None:
+def _keep_from(data: dict[str, str]) -> int | str | None:
     """The "compact everything above" seq of a form: None when absent, an error text if bad."""
     raw = data.get("keep_from", "").strip()
     if not raw:
@@ -66,7 +66,7 @@ def compaction_preview(request: AuthenticatedHttpRequest, pk: UUID) -> HttpRespo
     """A dry run: what compacting now would summarise and keep, and the button to apply it."""
     session = _changeable(request, pk)
     focus = request.GET.get("focus", "")
-    keep_from = _keep_from(request, request.GET.dict())
+    keep_from = _keep_from(request.GET.dict())
     if isinstance(keep_from, str):
         return _refused(request, keep_from, field="keep_from")
     if len(focus) > 2_000:
@@ -84,7 +84,7 @@ def compaction_preview(request: AuthenticatedHttpRequest, pk: UUID) -> HttpRespo
 def compact(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     """Apply a previewed plan: refused as a conflict if the session changed since."""
     session = _changeable(request, pk)
-    keep_from = _keep_from(request, request.POST.dict())
+    keep_from = _keep_from(request.POST.dict())
     if isinstance(keep_from, str):
         return _refused(request, keep_from, field="keep_from")
     expected = request.POST.get("expected") or None

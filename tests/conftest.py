@@ -28,6 +28,12 @@ def eager_jobs() -> Iterator[None]:
     celery_app.conf.task_always_eager = previous
 
 
+@pytest.fixture(autouse=True)
+def cheap_passwords(settings: Any) -> None:
+    """Users are made in almost every test; hashing their passwords properly takes 0.5 s."""
+    settings.PASSWORD_HASHERS = ["tests.hashers.OneIterationPBKDF2"]
+
+
 @pytest.fixture
 def alice(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("alice", password="alice-password")

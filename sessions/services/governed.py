@@ -137,44 +137,55 @@ def _govern(
     )
 
 
-# Sessions whose carried state a thread is building after they were served from a snapshot.
-_WARMING: dict[Any, threading.Thread] = {}
-_WARMING_LOCK = threading.Lock()
-
 WARM_UP_DELAY_SECONDS = 2.0
-"""The warm-up starts this long after the snapshot was served: it holds the interpreter for a
-while, and the request that read the snapshot (a page, say) should finish first."""
+"""A warm-up starts this long after the snapshot was served, unless a caller needs it sooner:
+it holds the interpreter for a while, and the request that read the snapshot (a page, say)
+should finish first."""
+
+
+class _WarmUp(threading.Thread):
+    """Builds a session's carried state in the background after a snapshot served it."""
+
+    def __init__(self, session: AgentSession) -> None:
+        super().__init__(name=f"warm-up-{session.pk}", daemon=True)
+        self.session = session
+        self.now = threading.Event()
+
+    def run(self) -> None:
+        self.now.wait(WARM_UP_DELAY_SECONDS)
+        try:
+            governed = _govern(
+                self.session, effective_history(self.session), pinned_seqs(self.session), None
+            )
+            _ = governed.report
+        except Exception:  # only a warm-up: the next call governs cold and says why if it fails
+            log.exception("warming up session %s failed", self.session.pk)
+        finally:
+            connection.close()
+            with _WARMING_LOCK:
+                _WARMING.pop(self.session.pk, None)
+
+
+# Sessions whose carried state a thread is building after they were served from a snapshot.
+_WARMING: dict[Any, _WarmUp] = {}
+_WARMING_LOCK = threading.Lock()
 
 
 def _warm_up_later(session: AgentSession) -> None:
     with _WARMING_LOCK:
         if session.pk in _WARMING:
             return
-        thread = threading.Timer(WARM_UP_DELAY_SECONDS, _warm_up, args=(session,))
-        thread.name, thread.daemon = f"warm-up-{session.pk}", True
+        thread = _WarmUp(session)
         _WARMING[session.pk] = thread
     thread.start()
 
 
-def _warm_up(session: AgentSession) -> None:
-    """Govern the session once, report included, for the state the next call carries over
-    (read-only)."""
-    try:
-        governed = _govern(session, effective_history(session), pinned_seqs(session), None)
-        _ = governed.report
-    except Exception:  # only a warm-up: the next call governs cold and says why if it fails
-        log.exception("warming up session %s failed", session.pk)
-    finally:
-        connection.close()
-        with _WARMING_LOCK:
-            _WARMING.pop(session.pk, None)
-
-
 def wait_for_warm_up(session: AgentSession, timeout: float | None = None) -> None:
-    """Wait for a warm-up of the session in progress in this process, if any (a call during it
-    would otherwise govern cold beside it)."""
+    """Have a pending warm-up of the session in this process run now, and wait for it (a call
+    during it would otherwise govern cold beside it)."""
     thread = _WARMING.get(session.pk)
     if thread is not None and thread is not threading.current_thread():
+        thread.now.set()
         thread.join(timeout)
 
 

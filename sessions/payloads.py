@@ -87,6 +87,38 @@ def message_to_payload(message: ModelMessage) -> dict[str, Any]:
     return payload
 
 
+def storable_payload(message: ModelMessage) -> dict[str, Any]:
+    """``message_to_payload``, refusing what a database cannot keep as it is: PostgreSQL's
+    JSON has no NUL character, and storing a message altered would lose what was sent."""
+    payload = message_to_payload(message)
+    nul = _nul_path(payload)
+    if nul is not None:
+        raise InvalidPayload(
+            [FieldError(nul, "contains a NUL character (\\u0000), which cannot be stored")]
+        )
+    return payload
+
+
+def _nul_path(data: Any, path: str = "") -> str | None:
+    """The path of the first string holding a NUL character, if any."""
+    if isinstance(data, str):
+        return path if "\x00" in data else None
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
+    for key, value in items:
+        if isinstance(key, str) and "\x00" in key:
+            return f"{path}.{key}".lstrip(".")
+        found = _nul_path(value, f"{path}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
+
+
 def message_from_payload(payload: dict[str, Any]) -> ModelMessage:
     """A stored payload back as a message (already validated when it was stored)."""
     return ModelMessagesTypeAdapter.validate_python([payload])[0]

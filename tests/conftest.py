@@ -6,10 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from ctxhub.celery import app as celery_app
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+# CI replays the same examples on every run, so a landing never depends on luck; a developer's
+# runs explore new ones (a failure prints the example to replay).
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 
 @pytest.hookimpl(trylast=True)

@@ -20,7 +20,7 @@ from ctxhub.governance.counting import message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import live
 from sessions.models import AgentSession, Message, MessageKind, MessageSource
-from sessions.payloads import content_hash, message_to_payload, parse_payload
+from sessions.payloads import content_hash, parse_payload, storable_payload
 from sessions.services.governed import session_window
 
 log = logging.getLogger(__name__)
@@ -31,9 +31,13 @@ def session_tokenizer(session: AgentSession) -> Tokenizer:
 
 
 def _build(
-    session: AgentSession, seq: int, message: ModelMessage, source: str, tokenizer: Tokenizer
+    session: AgentSession,
+    seq: int,
+    message: ModelMessage,
+    payload: dict[str, Any],
+    source: str,
+    tokenizer: Tokenizer,
 ) -> Message:
-    payload = message_to_payload(message)
     facts = message_facts(message, tokenizer)
     return Message(
         session=session,
@@ -74,6 +78,7 @@ def append_messages(
     ]
     if not messages:
         return []
+    payloads = [storable_payload(m) for m in messages]  # refused before anything is written
     tokenizer = session_tokenizer(session)
     with transaction.atomic():
         # Updating the session row locks it until commit, so concurrent appends to one
@@ -82,7 +87,10 @@ def append_messages(
         last = session.messages.aggregate(last=Max("seq"))["last"]
         start = 0 if last is None else last + 1
         rows = Message.objects.bulk_create(
-            [_build(session, start + i, m, source, tokenizer) for i, m in enumerate(messages)]
+            [
+                _build(session, start + i, m, payload, source, tokenizer)
+                for i, (m, payload) in enumerate(zip(messages, payloads, strict=True))
+            ]
         )
         transaction.on_commit(lambda: live.messages_appended(session, rows, token_totals(session)))
         if auto_compact:

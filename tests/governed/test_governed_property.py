@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sessions import services
 from sessions.history import REMEMBERED, effective_history, effective_tokens
 from sessions.models import Clear, Compaction, Message
+from sessions.payloads import InvalidPayload
 from sessions.services.governed import wait_for_warm_up
 from tests.factories import make_session, reply, user
 from tests.governed.builders import SMALL_POLICY, turn
@@ -62,6 +63,10 @@ def apply(session: Any, op: tuple[Any, ...], counter: list[int]) -> None:
             messages += turn(counter[0], size=size, calls=calls, dangling=dangling and last)
         services.append_messages(session, messages)
     elif name == "chat":
+        if "\x00" in op[1]:  # refused, naming the field; the session is unchanged
+            with pytest.raises(InvalidPayload):
+                services.append_messages(session, [user(op[1]), reply("Noted.")])
+            return
         services.append_messages(session, [user(op[1]), reply("Noted.")])
     elif name == "clear":
         with contextlib.suppress(services.Conflict):

@@ -95,3 +95,23 @@ def test_a_valid_message_round_trips_exactly(
     assert ModelMessagesTypeAdapter.dump_json([loaded]) == ModelMessagesTypeAdapter.dump_json(
         [message]
     )
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (user("before\x00after"), "parts.0.content"),
+        (call("read\x00", "c1", path="a"), "parts.0.tool_name"),
+        (call("read", "c1", path="a\x00b"), "parts.0.args.path"),
+    ],
+)
+def test_a_nul_character_is_refused_by_name_and_nothing_is_stored(
+    alice: object, message: object, field: str
+) -> None:
+    # PostgreSQL's JSON cannot hold it; storing the message changed would lose what was sent.
+    session = make_session(alice)
+    with pytest.raises(InvalidPayload) as exc:
+        services.append_messages(session, [user("fine"), message])
+    assert [e.path for e in exc.value.errors] == [field]
+    assert "NUL" in exc.value.errors[0].message
+    assert not Message.objects.filter(session=session).exists()

@@ -196,7 +196,8 @@ class MessageFate:
 
     view: MessageView
     state: str
-    """sent, dropped (the window or a group drop left it out), summarised, or cleared."""
+    """sent, dropped (the window or a group drop left it out), summarised, cleared, or pending
+    (stored after the context was governed)."""
     zone: str
     tokens_after: int
     compaction: int | None
@@ -239,7 +240,12 @@ class Fates:
         report = self._report_of.get(seq)
         if report is None:
             compaction = self._summarised.get(seq)
-            state = "summarised" if compaction is not None else "cleared"
+            if compaction is not None:
+                state = "summarised"
+            elif seq < self.records.from_seq:
+                state = "cleared"
+            else:  # stored after this context was governed: the next refresh tells
+                state = "pending"
             return MessageFate(
                 view=view,
                 state=state,

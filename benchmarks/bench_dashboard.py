@@ -28,16 +28,20 @@ benchmarks/results/dashboard-<profile>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_governed import MESSAGES, ROOT, setup_django, stored_session
+from bench_governed import (
+    MESSAGES,
+    in_fresh_process,
+    setup_django,
+    stored_session,
+    write_results,
+)
 
 REPEATS = 3
 WHAT = ("baseline", "page", "page_after_append", "fragments_after_append", "fleet")
@@ -101,17 +105,6 @@ def measure(what: str, session_id: str) -> float:
     return elapsed
 
 
-def in_fresh_process(what: str, session_id: str) -> float:
-    out = subprocess.run(
-        [sys.executable, __file__, "--measure", what, "--session", session_id],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", choices=["agentic", "chatty"], default="agentic")
@@ -124,11 +117,11 @@ def main() -> None:
         print(measure(args.measure, args.session))
         return
     session_id = stored_session(args.profile, args.messages)
-    in_fresh_process("page", session_id)  # leaves the snapshot any governed session has
+    in_fresh_process("page", session_id, __file__)  # leaves the snapshot any governed session has
     results: dict[str, list[float]] = {what: [] for what in WHAT}
     for _ in range(REPEATS):
         for what in WHAT:
-            results[what].append(in_fresh_process(what, session_id))
+            results[what].append(in_fresh_process(what, session_id, __file__))
     medians = {what: statistics.median(times) for what, times in results.items()}
     base = medians["baseline"]
     labels = {
@@ -143,20 +136,7 @@ def main() -> None:
     print("|---|---:|---:|")
     for what, median in medians.items():
         print(f"| {labels[what]} | {median:.3f} | {median / base:.3f} |")
-    out = ROOT / "benchmarks" / "results" / f"dashboard-{args.profile}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "messages": args.messages,
-                "profile": args.profile,
-                "runs": results,
-                "medians": medians,
-                "ratios": {k: v / base for k, v in medians.items()},
-            },
-            indent=2,
-        )
-    )
+    write_results(f"dashboard-{args.profile}", args.profile, args.messages, results, medians)
 
 
 if __name__ == "__main__":

@@ -134,9 +134,10 @@ def measure(what: str, session_id: str) -> float:
     return time.perf_counter() - started
 
 
-def in_fresh_process(what: str, session_id: str) -> float:
+def in_fresh_process(what: str, session_id: str, script: str = __file__) -> float:
+    """One measurement by ``script --measure``, in a process of its own."""
     out = subprocess.run(
-        [sys.executable, __file__, "--measure", what, "--session", session_id],
+        [sys.executable, script, "--measure", what, "--session", session_id],
         check=True,
         capture_output=True,
         text=True,
@@ -175,13 +176,26 @@ def main() -> None:
     }
     for what, median in medians.items():
         print(f"| {labels[what]} | {median:.3f} | {median / base:.3f} | {targets[what]} |")
-    out = ROOT / "benchmarks" / "results" / f"governed-{args.profile}.json"
+    write_results(f"governed-{args.profile}", args.profile, args.messages, results, medians)
+
+
+def write_results(
+    name: str,
+    profile: str,
+    messages: int,
+    results: dict[str, list[float]],
+    medians: dict[str, float],
+) -> None:
+    """benchmarks/results/<name>.json: every run, the medians and their ratios to the
+    baseline."""
+    out = ROOT / "benchmarks" / "results" / f"{name}.json"
     out.parent.mkdir(exist_ok=True)
+    base = medians["baseline"]
     out.write_text(
         json.dumps(
             {
-                "messages": args.messages,
-                "profile": args.profile,
+                "messages": messages,
+                "profile": profile,
                 "runs": results,
                 "medians": medians,
                 "ratios": {k: v / base for k, v in medians.items()},

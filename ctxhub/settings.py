@@ -175,6 +175,16 @@ CELERY_BEAT_SCHEDULE = {
     }
 }
 
+# The dashboard chat. Any pydantic-ai model string answers (its API key from the provider's
+# usual variable); the offline demo model needs none. A turn beats every few seconds while it
+# runs; one silent for longer than the stale limit died with its server and is closed when
+# the next prompt comes.
+CTXHUB_CHAT_MODEL = env_str("CTXHUB_CHAT_MODEL") or "offline:demo"
+CTXHUB_CHAT_STALE_SECONDS = env_int("CTXHUB_CHAT_STALE_SECONDS", 60, minimum=5)
+# The offline demo model streams a word every this many milliseconds (its tools take ten
+# times as long), so its answers can be watched and stopped like a real model's.
+CTXHUB_DEMO_PACE_MS = env_int("CTXHUB_DEMO_PACE_MS", 30)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

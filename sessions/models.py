@@ -45,6 +45,11 @@ class AgentSession(models.Model):
     revision = models.PositiveBigIntegerField(
         default=0, help_text="Bumped with every record over the log (clear, compaction, undo)."
     )
+    chat_model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Model that answers this session's chat; blank: CTXHUB_CHAT_MODEL.",
+    )
     auto_compaction_paused = models.TextField(
         blank=True,
         help_text="Why automatic compaction stopped for this session (blank: it runs).",
@@ -370,6 +375,62 @@ class CompactionJob(models.Model):
     @property
     def active(self) -> bool:
         return self.status in ACTIVE_JOB_STATUSES
+
+
+class TurnStatus(models.TextChoices):
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    LOST = "lost"
+
+
+class ChatTurn(models.Model):
+    """One prompt typed in the dashboard chat and the agent run that answers it.
+
+    The messages the run produces go to the log as they complete; this row holds what the log
+    cannot: the turn's state, its error, and what is in flight (``live``: the response being
+    streamed and the tools running), so a page that (re)connects mid-turn shows it. At most
+    one turn of a session runs at a time (a database constraint, whatever the process), and
+    ``control_channel`` reaches the process that runs it, to stop it.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="turns")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    prompt = models.TextField()
+    model = models.CharField(max_length=200, help_text="The model that answered.")
+    status = models.CharField(
+        max_length=8, choices=TurnStatus.choices, default=TurnStatus.RUNNING, db_index=True
+    )
+    error = models.TextField(blank=True)
+    live = models.JSONField(default=dict, blank=True, help_text="What is in flight.")
+    requests = models.PositiveIntegerField(default=0, help_text="Model requests made so far.")
+    first_seq = models.PositiveIntegerField(null=True, blank=True)
+    last_seq = models.PositiveIntegerField(null=True, blank=True)
+    control_channel = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    heartbeat_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=models.Q(status="running"),
+                name="one_running_turn_per_session",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} chat turn ({self.status})"
+
+    @property
+    def running(self) -> bool:
+        return self.status == TurnStatus.RUNNING
 
 
 class AuditEvent(models.Model):

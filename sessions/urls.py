@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from sessions import controls, views
+from sessions.chat import views as chat
 
 
 class SeqConverter:
@@ -25,6 +26,10 @@ app_name = "sessions"
 urlpatterns = [
     path("", views.session_list, name="list"),
     path("sessions/<uuid:pk>/", views.session_detail, name="detail"),
+    path("chats/new/", chat.new_chat, name="new-chat"),
+    path("sessions/<uuid:pk>/chat/", chat.send, name="chat-send"),
+    path("sessions/<uuid:pk>/chat/stop/", chat.stop, name="chat-stop"),
+    path("sessions/<uuid:pk>/chat/turn/", chat.turn, name="chat-turn"),
     path("sessions/<uuid:pk>/xray/", views.xray_fragment, name="xray"),
     path("sessions/<uuid:pk>/records/", views.records_fragment, name="records"),
     path("sessions/<uuid:pk>/trajectory/", views.trajectory_fragment, name="trajectory"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -13,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions import services, tasks
 from sessions.access import changeable_session, may_change, visible_session
+from sessions.chat.views import chat_context
 from sessions.history import record_state
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message
@@ -36,6 +38,7 @@ def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "query": query,
         "sort": sort,
         "sorts": SORTS,
+        "chat_model": settings.CTXHUB_CHAT_MODEL,
     }
     # A search or a sort as you type replaces the table only.
     template = "sessions/list.html#fleet" if request.htmx else "sessions/list.html"
@@ -94,6 +97,7 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
             "next_at": None if following else rows[-1].seq + 1,
             **timeline,
             **_records(session),
+            **chat_context(session),
         },
     )
 

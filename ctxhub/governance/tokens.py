@@ -120,6 +120,8 @@ _CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
     ("mixtral", 128_000),
 )
 DEFAULT_CONTEXT_WINDOW = 128_000
+# The offline models' windows (``ctxhub.governance.offline``), by full name.
+OFFLINE_WINDOWS = {"offline:demo": 32_000, "offline:extractive": 32_000}
 
 
 def model_name(model: str | None) -> str:
@@ -132,6 +134,8 @@ def model_name(model: str | None) -> str:
 
 def context_window(model: str | None) -> int:
     """The default context window of a model, by family; 128k when the family is unknown."""
+    if model in OFFLINE_WINDOWS:
+        return OFFLINE_WINDOWS[model]
     name = model_name(model)
     for pattern, window in _CONTEXT_WINDOWS:
         if pattern in name:

@@ -12,6 +12,7 @@ hidden files (``.env``, ``.git``), and read at most 256 KB of text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -32,11 +33,14 @@ from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.toolsets import FunctionToolset
 
 from ..ledger import paths_in
+from ..tokens import OFFLINE_WINDOWS
 
 OFFLINE_DEMO = "offline:demo"
 LABEL = "[offline demo model — no API key, no network]"
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_WINDOW = 32_000
+DEFAULT_WINDOW = OFFLINE_WINDOWS[OFFLINE_DEMO]
+# With a pace, a tool call takes this many times as long as a streamed word.
+TOOL_PACE_FACTOR = 10
 MAX_READ_BYTES = 256 * 1024
 MAX_TOOL_CALLS_PER_TURN = 3
 _PUNCTUATION = ",;:!?()[]{}'\"`"
@@ -107,19 +111,23 @@ def read_file(root: Path, path: str, offset: int = 0, limit: int = 400) -> str:
     return header + "\n" + "\n".join(selected)
 
 
-def demo_toolset(root: Path | str | None = None) -> FunctionToolset[Any]:
-    """The demo tools, confined to ``root`` (the repository by default)."""
+def demo_toolset(root: Path | str | None = None, *, pace: float = 0.0) -> FunctionToolset[Any]:
+    """The demo tools, confined to ``root`` (the repository by default); with a ``pace``
+    (seconds per streamed word of the model), each call takes ``TOOL_PACE_FACTOR`` times it,
+    as a real tool takes its time."""
     base = Path(root) if root is not None else REPOSITORY_ROOT
+    delay = pace * TOOL_PACE_FACTOR
 
-    def list_files_tool(path: str = ".") -> str:
+    async def list_files_tool(path: str = ".") -> str:
         """List a directory of the repository.
 
         Args:
             path: Directory relative to the repository root; "." for the root.
         """
+        await asyncio.sleep(delay)
         return list_files(base, path)
 
-    def read_file_tool(path: str, offset: int = 0, limit: int = 400) -> str:
+    async def read_file_tool(path: str, offset: int = 0, limit: int = 400) -> str:
         """Read lines of a text file of the repository.
 
         Args:
@@ -127,6 +135,7 @@ def demo_toolset(root: Path | str | None = None) -> FunctionToolset[Any]:
             offset: First line to return, counting from 0.
             limit: How many lines to return.
         """
+        await asyncio.sleep(delay)
         return read_file(base, path, offset, limit)
 
     toolset: FunctionToolset[Any] = FunctionToolset()
@@ -220,9 +229,10 @@ def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 async def respond_stream(
-    messages: list[ModelMessage], info: AgentInfo
+    messages: list[ModelMessage], info: AgentInfo, pace: float = 0.0
 ) -> AsyncIterator[str | DeltaToolCalls]:
-    """The same response, streamed: text word by word, or the tool call at once."""
+    """The same response, streamed: text word by word (``pace`` seconds apart), or the tool
+    call at once."""
     response = respond(messages, info)
     part = response.parts[0]
     if isinstance(part, ToolCallPart):
@@ -236,14 +246,27 @@ async def respond_stream(
         return
     assert isinstance(part, TextPart)
     for word in re.findall(r"\S+\s*", part.content):
+        if pace:
+            await asyncio.sleep(pace)
         yield word
 
 
-def demo_model(window: int = DEFAULT_WINDOW) -> FunctionModel:
-    """The offline demo chat model, named ``offline:demo``; pair it with ``demo_toolset()``."""
+def demo_model(window: int = DEFAULT_WINDOW, *, pace: float = 0.0) -> FunctionModel:
+    """The offline demo chat model, named ``offline:demo``; pair it with ``demo_toolset()``.
+
+    ``pace`` spaces its streamed words (seconds), so an answer can be watched as it arrives
+    and stopped halfway, as a real model's can.
+    """
+
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        async for chunk in respond_stream(messages, info, pace):
+            yield chunk
+
     return FunctionModel(
         respond,
-        stream_function=respond_stream,
+        stream_function=stream,
         model_name=OFFLINE_DEMO,
         profile=ModelProfile(
             supports_json_schema_output=True,

@@ -1,0 +1,131 @@
+"""The chat's agent: the session's chat model with the repository tools, governed by the hub.
+
+Governance here is the stored session's own: before every model request of a turn, the run's
+new messages are appended to the log and the request carries the session's governed context
+(``sessions.services.governed_context``), the very one the x-ray shows, under the session's
+policy, pins and records. So the chat and an external agent pulling the context get the same
+view, and what each request carried is visible while the turn runs.
+
+The tools are the offline demo model's (list and read this repository's files, confined to
+it), whatever the model, plus reading back an output governance evicted, from the database.
+A request refused for its length is retried smaller by ``OverflowRecovery``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import FunctionToolset
+
+from ctxhub.governance import Policy
+from ctxhub.governance.models import resolve_model
+from ctxhub.governance.offline import OFFLINE_DEMO, demo_model, demo_toolset
+from ctxhub.governance.recovery import OverflowRecovery
+from sessions.models import AgentSession
+from sessions.services import read_evicted_output, session_policy
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.toolsets import AbstractToolset
+
+
+class RequestHooks(Protocol):
+    """What a turn does around each model request (``sessions.chat.runner.TurnRun``)."""
+
+    async def before_request(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        """Store the run's new messages; return what the request carries."""
+        ...
+
+    async def after_response(self, response: ModelResponse) -> None:
+        """Store the response."""
+        ...
+
+
+@dataclass
+class HubGovernance(AbstractCapability[Any]):
+    """Each request of the run carries the stored session's governed context."""
+
+    session: AgentSession
+    hooks: RequestHooks
+    policy: Policy
+    recovery: OverflowRecovery = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.recovery = OverflowRecovery(policy=self.policy, tokenizer_model=self.session.model)
+
+    def get_toolset(self) -> AbstractToolset[Any] | None:
+        """Reading an evicted output back, from the session's stored outputs."""
+        if not self.policy.eviction.enabled:
+            return None
+        session = self.session
+
+        async def read_evicted(
+            ref: str, offset: int = 0, limit: int = 200, grep: str | None = None
+        ) -> str:
+            """Read an output that was evicted from the context, by its reference.
+
+            Args:
+                ref: The reference shown in the evicted output's preview.
+                offset: First line (or match, with grep) to return, counting from 0.
+                limit: How many lines (or matches) to return.
+                grep: A regular expression; only matching lines are returned.
+            """
+            text = await sync_to_async(read_evicted_output)(
+                session, ref, offset=offset, limit=limit, grep=grep
+            )
+            return text if text is not None else f"No evicted output is stored under {ref!r}."
+
+        toolset: FunctionToolset[Any] = FunctionToolset()
+        toolset.add_function(read_evicted, takes_ctx=False, name=self.policy.eviction.tool_name)
+        return toolset
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        request_context.messages = await self.hooks.before_request(request_context.messages)
+        # On a retry after an overflow, the governed request is shrunk further.
+        return await self.recovery.prepare_model_request(ctx, request_context)
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        response = await self.recovery.after_model_request(
+            ctx, request_context=request_context, response=response
+        )
+        await self.hooks.after_response(response)
+        return response
+
+    async def on_model_request_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        error: Exception,
+    ) -> ModelResponse:
+        """An overflow becomes a retry with a smaller history; anything else propagates."""
+        return await self.recovery.on_model_request_error(
+            ctx, request_context=request_context, error=error
+        )
+
+
+def chat_agent(session: AgentSession, model_name: str, hooks: RequestHooks) -> Agent[None, str]:
+    """The agent that answers a turn; raises what resolving the model raises (an unknown
+    name, a missing API key)."""
+    pace = settings.CTXHUB_DEMO_PACE_MS / 1000
+    model = demo_model(pace=pace) if model_name == OFFLINE_DEMO else resolve_model(model_name)
+    return Agent(
+        model,
+        toolsets=[demo_toolset(pace=pace if model_name == OFFLINE_DEMO else 0.0)],
+        capabilities=[HubGovernance(session, hooks, session_policy(session))],
+    )

@@ -1,0 +1,151 @@
+"""Slash commands typed in the chat, through the same services as the dashboard's buttons.
+
+``/compact [focus]``, ``/clear``, ``/history``, ``/context``, ``/pin [#seq]``, ``/unpin #seq``
+and ``/help``. A command is never sent to the model and never written to the log: what it
+changes is a record over the log (audited and pushed to every page, as a button's change is),
+and what it answers is a note in the chat of the page that typed it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.humanize.templatetags.humanize import intcomma
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+from sessions import services
+from sessions.chat import turns
+from sessions.models import AgentSession, JobStatus, MessageKind
+from sessions.services import Conflict, Invalid, NotFound
+from sessions.xray import xray
+
+HELP = {
+    "/compact [focus]": "summarise the history now (the focus says what the summary keeps)",
+    "/clear": "the model sees nothing stored so far (the log keeps it; undo under Records)",
+    "/history": "the effective history's figures",
+    "/context": "what the next request carries, by category",
+    "/pin [#seq]": "keep a message verbatim (default: your latest message)",
+    "/unpin #seq": "stop keeping a message verbatim",
+    "/help": "this list",
+}
+
+
+@dataclass(frozen=True)
+class Note:
+    """A command's answer: a title line and detail lines."""
+
+    command: str
+    text: str
+    lines: list[str] = field(default_factory=list)
+
+
+def is_command(text: str) -> bool:
+    return text.lstrip().startswith("/")
+
+
+def run(session: AgentSession, actor: Any, text: str) -> Note:
+    """Run the command in ``text``; a ServiceError says why it was refused."""
+    word, _, rest = text.strip()[1:].partition(" ")
+    name, argument = word.lower(), rest.strip()
+    handler = _COMMANDS.get(name)
+    if handler is None:
+        raise Invalid(f"/{word} is not a command; /help lists them", field="prompt")
+    return handler(session, actor, argument)
+
+
+def _no_turn_running(session: AgentSession, what: str) -> None:
+    if turns.running_turn(session) is not None:
+        raise Conflict(f"a turn is running: stop it or wait for its answer before {what}")
+
+
+def _compact(session: AgentSession, actor: Any, focus: str) -> Note:
+    _no_turn_running(session, "compacting")
+    request = services.request_compaction(session, actor=actor, focus=focus)
+    job = request.job
+    job.refresh_from_db()
+    if job.status == JobStatus.DONE and job.result.get("tokens_before"):
+        before, after = job.result["tokens_before"], job.result.get("tokens_after")
+        return Note("compact", f"Compacted: {intcomma(before)} → {intcomma(after)} tokens.")
+    if job.status == JobStatus.DONE:
+        return Note("compact", f"Not compacted: {job.error or job.outcome or 'nothing to do'}.")
+    if job.status == JobStatus.FAILED:
+        return Note("compact", f"Compaction failed: {job.error}")
+    again = "" if request.created else " (the same request was already queued)"
+    return Note("compact", f"Compaction queued{again}; its progress shows above the timeline.")
+
+
+def _clear(session: AgentSession, actor: Any, argument: str) -> Note:
+    _no_turn_running(session, "clearing")
+    record = services.clear(session, actor=actor)
+    return Note(
+        "clear",
+        f"Cleared: the model sees nothing before message #{record.from_seq}. "
+        "The log keeps everything; undo it under Records.",
+    )
+
+
+def _history(session: AgentSession, actor: Any, argument: str) -> Note:
+    return Note("history", services.history_figures(session).line())
+
+
+def _context(session: AgentSession, actor: Any, argument: str) -> Note:
+    view = xray(services.governed_context(session))
+    head = (
+        f"{view.model}: {intcomma(view.governed)} of {intcomma(view.window)} tokens "
+        f"({view.percent:.1f}% of the window); {view.messages_after} of "
+        f"{view.messages_before} messages sent."
+    )
+    lines = [
+        f"{c.label}: {intcomma(c.tokens)} ({c.percent:.1f}%)" for c in view.categories if c.tokens
+    ]
+    if not view.fits:
+        lines.append(f"Over budget: {view.reason or 'the policy cannot make it fit'}")
+    return Note("context", head, lines)
+
+
+def _seq(argument: str) -> int:
+    raw = argument.lstrip("#").strip()
+    if not raw.isdigit() or len(raw) > 9:
+        raise Invalid(f"{argument!r} is not a message number (#12 or 12)", field="prompt")
+    return int(raw)
+
+
+def _latest_user_message(session: AgentSession) -> int:
+    requests = session.messages.filter(kind=MessageKind.REQUEST).order_by("-seq")
+    for row in requests.only("seq", "payload")[:200]:
+        message = row.message
+        if isinstance(message, ModelRequest) and any(
+            isinstance(part, UserPromptPart) for part in message.parts
+        ):
+            return row.seq
+    raise NotFound("there is no message of yours to pin yet", field="prompt")
+
+
+def _pin(session: AgentSession, actor: Any, argument: str) -> Note:
+    seq = _seq(argument) if argument else _latest_user_message(session)
+    services.pin(session, seq, actor=actor)
+    return Note("pin", f"Pinned message #{seq}: governance keeps it verbatim.")
+
+
+def _unpin(session: AgentSession, actor: Any, argument: str) -> Note:
+    if not argument:
+        raise Invalid("say which message: /unpin #12", field="prompt")
+    seq = _seq(argument)
+    services.unpin(session, seq, actor=actor)
+    return Note("unpin", f"Unpinned message #{seq}.")
+
+
+def _help(session: AgentSession, actor: Any, argument: str) -> Note:
+    return Note("help", "Commands:", [f"{name} — {what}" for name, what in HELP.items()])
+
+
+_COMMANDS = {
+    "compact": _compact,
+    "clear": _clear,
+    "history": _history,
+    "context": _context,
+    "pin": _pin,
+    "unpin": _unpin,
+    "help": _help,
+}

@@ -1,0 +1,220 @@
+"""Running a chat turn as an asyncio task of the ASGI process, and stopping it.
+
+``start_turn`` records the turn (refused while another of the session runs) and starts its
+task; the agent runs in a task of its own, so Stop cancels the model call or the tool in
+progress and nothing else. Stop reaches the turn wherever it runs: directly in this process,
+through the turn's control channel on the channel layer in another.
+
+Each model request of the turn goes through ``TurnRun.before_request``: the run's messages
+not yet in the log are appended, then the request carries the session's governed context and
+every open page gets the x-ray of that very request. Each response is appended as it
+completes, with the usage its provider reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connections
+from django.template.loader import render_to_string
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    ModelContextWindowExceededError,
+    ModelHTTPError,
+    UserError,
+)
+from pydantic_ai.messages import ModelMessage, ModelResponse
+
+from ctxhub.governance.models import UnknownOfflineModel
+from sessions.chat import turns
+from sessions.chat.agent import chat_agent
+from sessions.chat.stream import TurnStream, render_turn, send
+from sessions.models import AgentSession, ChatTurn, MessageSource, TurnStatus
+from sessions.services import Conflict, append_messages, governed_context
+from sessions.xray import xray
+
+log = logging.getLogger(__name__)
+
+STOP_EVENT = "chat.stop"
+HEARTBEAT_SECONDS = 5.0
+MAX_ERROR_CHARS = 2_000
+
+# The turns this process runs, by session.
+_RUNS: dict[Any, TurnRun] = {}
+
+
+class TurnRun:
+    """One turn: the agent's run, its storage and its stream."""
+
+    def __init__(self, session: AgentSession, turn: ChatTurn) -> None:
+        self.session = session
+        self.turn = turn
+        self.stream = TurnStream(session, turn)
+        self.stored = 0
+        """How many of the run's messages are in the log."""
+        self.requests = 0
+        self.agent_task: asyncio.Task[Any] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.stopping = False
+
+    # --- around each model request (see sessions.chat.agent.HubGovernance) ---------------------
+
+    async def before_request(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        new = messages[self.stored :]
+        if new:
+            await sync_to_async(self._append)(new)
+            self.stored = len(messages)
+            if self.stream.live["tools"]:
+                await self.stream.results_stored()
+        self.requests += 1
+        governed, xray_html = await sync_to_async(self._govern)()
+        await self.stream.request_sent(self.requests, xray_html)
+        return governed
+
+    async def after_response(self, response: ModelResponse) -> None:
+        await self.stream.flush()
+        await sync_to_async(self._append)([response])
+        self.stored += 1
+        await self.stream.response_stored()
+
+    def _append(self, messages: list[ModelMessage]) -> None:
+        rows = append_messages(self.session, messages, source=MessageSource.CHAT)
+        turns.record_seqs(self.turn, rows)
+
+    def _govern(self) -> tuple[list[ModelMessage], str]:
+        context = governed_context(self.session)
+        html = render_to_string(
+            "sessions/_xray.html",
+            {
+                "session": self.session,
+                "xray": xray(context),
+                "oob": True,
+                "during": self.requests,
+            },
+        )
+        return context.messages, html
+
+    # --- the task ------------------------------------------------------------------------------
+
+    async def main(self) -> None:
+        # Its own thread for the ORM, as a request has: a turn outlives the request that
+        # started it.
+        async with ThreadSensitiveContext():
+            heartbeat = asyncio.create_task(self._beat())
+            listener = asyncio.create_task(self._listen_for_stop())
+            try:
+                await self._execute()
+            finally:
+                heartbeat.cancel()
+                listener.cancel()
+                await sync_to_async(connections.close_all)()
+
+    async def _execute(self) -> None:
+        status, error = TurnStatus.DONE, ""
+        try:
+            agent = chat_agent(self.session, self.turn.model, self)
+            self.agent_task = asyncio.create_task(
+                agent.run(self.turn.prompt, event_stream_handler=self.stream.handle)
+            )
+            await self.agent_task
+        except asyncio.CancelledError:
+            if not self.stopping:  # the server is going down, not a Stop: let it
+                raise
+            status = TurnStatus.STOPPED
+        except Exception as exc:
+            status, error = TurnStatus.FAILED, describe(exc)
+            log.warning("chat turn %s failed: %s", self.turn.pk, error, exc_info=True)
+        await self.stream.flush()
+        turn = await sync_to_async(turns.finish)(self.turn, status, error=error)
+        await self.stream.finished(turn)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            await self.stream.beat()
+
+    async def _listen_for_stop(self) -> None:
+        """Stop asked from another process arrives on the turn's control channel."""
+        layer = get_channel_layer()
+        if layer is None or not self.turn.control_channel:
+            return
+        while True:
+            message = await layer.receive(self.turn.control_channel)
+            if message.get("type") == STOP_EVENT:
+                self.stop()
+                return
+
+    def stop(self) -> None:
+        """Cancel the agent's run (once); the turn ends as stopped."""
+        if self.stopping or self.agent_task is None:
+            return
+        self.stopping = True
+        self.agent_task.cancel()
+
+
+def describe(error: Exception) -> str:
+    """What the chat shows for a run that failed."""
+    if isinstance(error, ModelContextWindowExceededError):
+        text = f"The request was still too long for the model after smaller retries: {error}"
+    elif isinstance(error, ModelHTTPError):
+        text = f"The provider answered HTTP {error.status_code} ({error.model_name}): {error.body}"
+    elif isinstance(error, ModelAPIError):
+        text = f"The provider could not be reached or failed ({error.model_name}): {error}"
+    elif isinstance(error, UserError | UnknownOfflineModel):
+        text = str(error)
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return text[:MAX_ERROR_CHARS]
+
+
+async def start_turn(session: AgentSession, actor: Any, prompt: str) -> ChatTurn:
+    """Record a turn and start it; Conflict while another turn of the session runs."""
+    layer = get_channel_layer()
+    channel = await layer.new_channel() if layer is not None else ""
+    turn = await sync_to_async(turns.begin)(session, actor, prompt, channel)
+    run = TurnRun(session, turn)
+    await send(session, render_turn(turn, oob=True))
+    _RUNS[session.pk] = run
+    # A fresh context: the turn must not inherit the starting request's (its ORM thread, above
+    # all, which ends with the request).
+    task = run.task = asyncio.create_task(run.main(), context=contextvars.Context())
+    task.add_done_callback(lambda _: _forget(session.pk, run))
+    return turn
+
+
+def _forget(session_pk: Any, run: TurnRun) -> None:
+    if _RUNS.get(session_pk) is run:
+        del _RUNS[session_pk]
+
+
+async def stop_turn(session: AgentSession) -> ChatTurn:
+    """Stop the session's running turn, wherever it runs; Conflict when none runs."""
+    turn = await sync_to_async(turns.running_turn)(session)
+    if turn is None:
+        raise Conflict("no turn is running")
+    run = _RUNS.get(session.pk)
+    if run is not None and run.turn.pk == turn.pk:
+        run.stop()
+    elif turns.is_stale(turn):
+        # Its server died: close it here.
+        turn = await sync_to_async(turns.finish)(turn, TurnStatus.LOST, error="its server stopped")
+        await send(session, render_turn(turn, oob=True))
+    else:
+        layer = get_channel_layer()
+        if layer is not None and turn.control_channel:
+            with contextlib.suppress(Exception):
+                await layer.send(turn.control_channel, {"type": STOP_EVENT})
+    return turn
+
+
+async def wait_for_turn(session: AgentSession) -> None:
+    """Wait until the session's turn run by this process (if any) has ended."""
+    run = _RUNS.get(session.pk)
+    if run is not None and run.task is not None:
+        await asyncio.shield(run.task)

@@ -1,0 +1,102 @@
+// The chat's live turn: text deltas placed by offset, the turn fragment kept at its longest,
+// the composer's keys, and the page following the conversation.
+//
+// Every delta names the character offset it starts at. The page may already hold part of it
+// (the turn was re-read from the database after a reconnect, and the database is saved before
+// anything is pushed), hold exactly up to it (the usual case), or miss what came before it
+// (a push lost while the socket was down): then the turn is re-read from the database.
+
+// Offsets count characters as Python does (code points), not UTF-16 units.
+function length(text) {
+  return Array.from(text).length;
+}
+
+function after(text, count) {
+  return Array.from(text).slice(count).join("");
+}
+
+function staleTurn() {
+  htmx.trigger(document.body, "ctxhub-turn-stale");
+}
+
+// Texts of the turn on the page, by element id, before a new fragment replaces it.
+let shownTexts = new Map();
+
+function rememberTexts() {
+  shownTexts = new Map(
+    [...document.querySelectorAll("#chat-turn .stream-text")].map((el) => [el.id, el.textContent]),
+  );
+}
+
+// A fragment read from the database can be older than deltas already shown: the longer
+// text wins when it continues the shorter.
+function keepLongerTexts() {
+  for (const el of document.querySelectorAll("#chat-turn .stream-text")) {
+    const shown = shownTexts.get(el.id);
+    if (shown && shown.length > el.textContent.length && shown.startsWith(el.textContent)) {
+      el.textContent = shown;
+    }
+  }
+  shownTexts = new Map();
+}
+
+function nearBottom() {
+  return window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
+}
+
+let following = true;
+window.addEventListener("scroll", () => {
+  following = nearBottom();
+});
+
+function follow() {
+  if (following && document.getElementById("chat")) {
+    window.scrollTo({ top: document.body.scrollHeight });
+  }
+}
+
+document.addEventListener("htmx:oobBeforeSwap", (event) => {
+  const { target, fragment } = event.detail;
+  const delta = fragment.querySelector && fragment.querySelector("span[data-at]");
+  if (delta && target.classList.contains("stream-text")) {
+    event.detail.shouldSwap = false;
+    const at = Number(delta.dataset.at);
+    const have = length(target.textContent);
+    const text = delta.textContent;
+    if (at > have) {
+      staleTurn();
+    } else if (at + length(text) > have) {
+      target.append(after(text, have - at));
+      follow();
+    }
+  } else if (target.id === "chat-turn") {
+    rememberTexts();
+  }
+});
+
+document.addEventListener("htmx:oobAfterSwap", (event) => {
+  if (event.detail.target.id === "chat-turn") keepLongerTexts();
+});
+
+document.addEventListener("htmx:beforeSwap", (event) => {
+  if (event.detail.target.id === "chat-turn") rememberTexts();
+});
+
+document.addEventListener("htmx:afterSwap", (event) => {
+  if (event.detail.target.id === "chat-turn") keepLongerTexts();
+  if (event.detail.target.closest?.("#chat")) follow();
+});
+
+// Whatever a push brought (a message, a delta, a tool), the page follows it to the end.
+document.addEventListener("htmx:wsAfterMessage", follow);
+
+// A reconnected socket missed what was pushed meanwhile: the turn is re-read.
+document.addEventListener("htmx:wsOpen", staleTurn);
+
+document.addEventListener("keydown", (event) => {
+  const box = event.target.closest && event.target.closest("#chat-form textarea");
+  if (box && event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    box.form.requestSubmit();
+  }
+});

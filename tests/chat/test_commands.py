@@ -1,0 +1,109 @@
+"""Slash commands typed in the chat go through the same services as the buttons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sessions import services
+from sessions.chat import commands, turns
+from sessions.models import AuditEvent, Clear, Compaction, Pin
+from sessions.services import Conflict, Invalid, NotFound
+from sessions.xray import xray
+from tests.factories import agent_turns, make_session
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def session(alice: Any) -> Any:
+    session = make_session(alice, title="Long", model="openai:gpt-4o", context_window=16_000)
+    history = agent_turns(12, 3, "row\n" * 400, "Migrate db-west-3 for OPS-1234")
+    services.append_messages(session, history, auto_compact=False)
+    return session
+
+
+@pytest.mark.django_db(transaction=True)  # the job is dispatched when the request commits
+def test_compact_summarises_now_with_the_focus_and_records_it(session: Any, alice: Any) -> None:
+    before = services.governed_context(session).report.tokens_before
+    note = commands.run(session, alice, "/compact keep the ticket numbers")
+    assert note.command == "compact"
+    assert note.text.startswith("Compacted: ")
+    compaction = Compaction.objects.get(session=session)
+    assert compaction.focus == "keep the ticket numbers"
+    after = services.governed_context(session).report
+    assert after.tokens_before < before
+    assert AuditEvent.objects.filter(session=session, actor=alice).exists()
+
+
+def test_compact_and_clear_wait_for_a_running_turn(session: Any, alice: Any) -> None:
+    turns.begin(session, alice, "busy", "")
+    for command in ("/compact", "/clear"):
+        with pytest.raises(Conflict, match="a turn is running"):
+            commands.run(session, alice, command)
+    assert not Compaction.objects.exists()
+    assert not Clear.objects.exists()
+
+
+def test_clear_then_clear_again(session: Any, alice: Any) -> None:
+    note = commands.run(session, alice, "/clear")
+    last = session.messages.order_by("-seq").first().seq
+    assert f"#{last + 1}" in note.text
+    assert Clear.objects.get(session=session).from_seq == last + 1
+    assert services.governed_context(session).messages == []
+    with pytest.raises(Conflict, match="nothing to clear"):
+        commands.run(session, alice, "/clear")
+
+
+def test_history_and_context_give_the_dashboards_numbers(session: Any, alice: Any) -> None:
+    figures = services.history_figures(session)
+    assert commands.run(session, alice, "/history").text == figures.line()
+    note = commands.run(session, alice, "/context")
+    view = xray(services.governed_context(session))
+    assert f"{view.governed:,} of {view.window:,} tokens" in note.text
+    for category in view.categories:
+        if category.tokens:
+            assert f"{category.label}: {category.tokens:,} (" in "\n".join(note.lines)
+
+
+def test_pin_defaults_to_the_latest_user_message_and_unpin_undoes_it(
+    session: Any, alice: Any
+) -> None:
+    newest_prompt = max(
+        row.seq
+        for row in session.messages.filter(kind="request")
+        if any(part.part_kind == "user-prompt" for part in row.message.parts)
+    )
+    assert commands.run(session, alice, "/pin").text.startswith(f"Pinned message #{newest_prompt}")
+    assert Pin.objects.filter(session=session, seq=newest_prompt, undone_at=None).exists()
+    commands.run(session, alice, f"/unpin #{newest_prompt}")
+    assert not Pin.objects.filter(session=session, undone_at=None).exists()
+    commands.run(session, alice, "/pin 3")
+    assert Pin.objects.filter(session=session, seq=3, undone_at=None).exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "reason"),
+    [
+        ("/pin #99999", NotFound, "does not exist"),
+        ("/pin twelve", Invalid, "not a message number"),
+        ("/unpin", Invalid, "say which message"),
+        ("/unpin 4", NotFound, "not pinned"),
+        ("/frobnicate", Invalid, "not a command"),
+    ],
+)
+def test_refusals_say_why(session: Any, alice: Any, text: str, error: type, reason: str) -> None:
+    with pytest.raises(error, match=reason):
+        commands.run(session, alice, text)
+
+
+def test_pin_with_no_message_of_yours(alice: Any) -> None:
+    with pytest.raises(NotFound, match="no message of yours"):
+        commands.run(make_session(alice), alice, "/pin")
+
+
+def test_help_lists_every_command(session: Any, alice: Any) -> None:
+    note = commands.run(session, alice, "/help")
+    for name in ("/compact", "/clear", "/history", "/context", "/pin", "/unpin"):
+        assert any(line.startswith(name) for line in note.lines)

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions import services, tasks
 from sessions.access import changeable_session, may_change, visible_session
+from sessions.chat.turns import running_turn
 from sessions.chat.views import chat_context
 from sessions.history import record_state
 from sessions.http import AuthenticatedHttpRequest
@@ -106,10 +107,16 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
 def xray_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     """The header, meter and zone strip, re-rendered after any change (see static/js)."""
     session = visible_session(request.user, pk)
+    running = running_turn(session)
     return render(
         request,
         "sessions/_xray.html",
-        {"session": session, "xray": xray(services.governed_context(session))},
+        {
+            "session": session,
+            "xray": xray(services.governed_context(session)),
+            # During a chat turn, the context is the one its latest request carried.
+            "during": running.requests if running is not None else None,
+        },
     )
 
 

@@ -103,11 +103,13 @@ def port_open(port: int) -> Callable[[], bool]:
 
 
 @contextmanager
-def asgi_server(log: Path, port: int | None = None) -> Iterator[str]:
+def asgi_server(
+    log: Path, port: int | None = None, *, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """daphne serving ctxhub.asgi (pages, static files, sockets); yields its base URL."""
     port = port or free_port()
     args = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "ctxhub.asgi:application"]
-    with running(args, log, port_open(port)):
+    with running(args, log, port_open(port), env=env):
         yield f"http://127.0.0.1:{port}"
 
 

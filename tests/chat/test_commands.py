@@ -24,6 +24,7 @@ def session(alice: Any) -> Any:
     return session
 
 
+@pytest.mark.smoke
 @pytest.mark.django_db(transaction=True)  # the job is dispatched when the request commits
 def test_compact_summarises_now_with_the_focus_and_records_it(session: Any, alice: Any) -> None:
     before = services.governed_context(session).report.tokens_before

@@ -116,6 +116,7 @@ async def owner(django_user_model: Any) -> AsyncIterator[Any]:
     await sync_to_async(connections.close_all)()
 
 
+@pytest.mark.smoke
 async def test_a_turn_stores_every_message_as_it_completes_and_streams_it(
     owner: Any, watch: Any, settings: Any
 ) -> None:
@@ -181,6 +182,7 @@ async def wait_until(predicate: Any) -> None:
             await asyncio.sleep(0.01)
 
 
+@pytest.mark.smoke
 async def test_stop_during_a_tool_leaves_a_valid_log_and_the_next_turn_runs(
     owner: Any, settings: Any
 ) -> None:

@@ -1,0 +1,269 @@
+"""The chat in Chromium on the full stack: daphne with the Redis channel layer (and a Celery
+worker for /compact), the offline demo model paced so a turn can be watched and stopped."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, WebSocketRoute, expect
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+
+from sessions import services
+from sessions.chat.turns import INTERRUPTED
+from sessions.models import AgentSession, ChatTurn, Compaction, Message, TurnStatus
+from tests.browser.test_controls import log_in, shot
+from tests.conftest import ARTIFACTS, required_env
+from tests.factories import agent_turns, make_session
+from tests.processes import asgi_server, celery_worker
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# A streamed word every 60 ms and 0.6 s per tool call: slow enough to watch, fast enough to test.
+PACE_MS = "60"
+
+# Records, in the page, every state of the chat it shows: what a person would have seen.
+RECORDER = """
+window.__seen = {texts: [], tools: new Set(), badges: new Set(), reloads: 0};
+document.addEventListener('DOMContentLoaded', () => {
+  new MutationObserver(() => {
+    const seen = window.__seen;
+    for (const el of document.querySelectorAll('#chat-turn .stream-text')) {
+      const last = seen.texts[seen.texts.length - 1];
+      if (el.textContent !== last) seen.texts.push(el.textContent);
+    }
+    for (const el of document.querySelectorAll('#chat-turn [data-testid^=tool-]')) {
+      seen.tools.add(el.dataset.testid);
+    }
+    const badge = document.querySelector('[data-testid=xray-during]');
+    if (badge) seen.badges.add(badge.textContent.trim());
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+});
+"""
+
+
+STOP_DURING_A_TOOL = """() => {
+  const stop = () => {
+    const button = document.querySelector('[data-testid=tool-running]')
+      && document.querySelector('[data-testid=chat-stop]');
+    if (button) button.click();
+    return Boolean(button);
+  };
+  if (stop()) return;
+  const observer = new MutationObserver(() => { if (stop()) observer.disconnect(); });
+  observer.observe(document.body, {subtree: true, childList: true});
+}"""
+
+
+@pytest.fixture(scope="module")
+def chat_url(django_db_setup: None) -> Iterator[str]:
+    required_env("REDIS_URL")
+    log = ARTIFACTS / "logs" / "daphne-chat.log"
+    with asgi_server(log, env={"CTXHUB_DEMO_PACE_MS": PACE_MS}) as url:
+        yield url
+
+
+def seen(page: Page) -> dict[str, Any]:
+    result: dict[str, Any] = page.evaluate(
+        "() => ({texts: __seen.texts, tools: [...__seen.tools], badges: [...__seen.badges]})"
+    )
+    return result
+
+
+def open_chat(page: Page, url: str, session: AgentSession) -> None:
+    page.add_init_script(RECORDER)
+    log_in(page, url, session.get_absolute_url())
+    expect(page.get_by_test_id("chat-prompt")).to_be_visible()
+
+
+def send(page: Page, text: str) -> None:
+    page.get_by_test_id("chat-prompt").fill(text)
+    page.get_by_test_id("chat-prompt").press("Enter")
+
+
+def wait_done(page: Page, status: str = "done") -> None:
+    expect(page.locator("#chat-turn")).to_have_attribute("data-status", status, timeout=30_000)
+
+
+def log_of(session: AgentSession) -> list[Any]:
+    return [row.message for row in Message.objects.filter(session=session).order_by("seq")]
+
+
+def answer_of(session: AgentSession) -> str:
+    last = log_of(session)[-1]
+    assert isinstance(last, ModelResponse)
+    part = last.parts[0]
+    assert isinstance(part, TextPart)
+    return part.content
+
+
+def assert_every_call_answered(messages: list[Any]) -> None:
+    for position, message in enumerate(messages):
+        calls = {
+            p.tool_call_id
+            for p in getattr(message, "parts", [])
+            if isinstance(message, ModelResponse) and isinstance(p, ToolCallPart)
+        }
+        if calls:
+            following = messages[position + 1]
+            assert isinstance(following, ModelRequest)
+            assert calls <= {
+                p.tool_call_id for p in following.parts if isinstance(p, ToolReturnPart)
+            }
+
+
+def test_a_new_chat_streams_the_turn_into_the_page(page: Page, chat_url: str, alice: Any) -> None:
+    page.add_init_script(RECORDER)
+    log_in(page, chat_url, "/")
+    page.get_by_test_id("new-chat").locator("summary").click()
+    page.get_by_test_id("new-chat-start").click()
+    expect(page.get_by_test_id("chat-prompt")).to_be_visible()
+    session = AgentSession.objects.get(owner=alice)
+    assert session.chat_model == "offline:demo"
+    page.evaluate("window.__samePage = true")
+    tokens_before = page.get_by_test_id("token-total").inner_text()
+
+    send(page, "read README.md")
+    wait_done(page)
+
+    answer = answer_of(session)
+    states = seen(page)
+    # The answer grew in front of the reader, always as a prefix of what was stored.
+    texts = [t for t in states["texts"] if t]
+    assert len(set(texts)) >= 5
+    assert all(answer.startswith(t) for t in texts)
+    assert {"tool-running", "tool-done"} <= set(states["tools"])
+    assert {"request 1 of the running turn", "request 2 of the running turn"} <= set(
+        states["badges"]
+    )
+    # Every message landed in the timeline without a reload; the meter moved.
+    assert page.evaluate("window.__samePage") is True
+    articles = page.locator("#messages article")
+    expect(articles).to_have_count(4)
+    expect(articles.last).to_contain_text(answer.splitlines()[0])
+    assert page.get_by_test_id("token-total").inner_text() != tokens_before
+    expect(page.get_by_test_id("chat-turn")).to_contain_text("in 2 requests")
+    shot(page, "chat")
+
+
+def test_stop_mid_turn_then_a_new_prompt(page: Page, chat_url: str, alice: Any) -> None:
+    session = make_session(alice, title="Stop me", model="offline:demo")
+    open_chat(page, chat_url, session)
+    send(page, "read README.md and sessions/chat/runner.py")
+    expect(page.locator("#chat-turn")).to_have_attribute("data-status", "running")
+    # A second prompt while it runs is refused, and says why.
+    send(page, "and this too")
+    expect(page.get_by_test_id("refused")).to_contain_text("still running")
+    # Stop, clicked the moment a tool runs (as a person watching would, only faster).
+    page.evaluate(STOP_DURING_A_TOOL)
+    expect(page.get_by_test_id("chat-stopped")).to_be_visible(timeout=20_000)
+
+    messages = log_of(session)
+    assert_every_call_answered(messages)
+    assert any(
+        isinstance(p, ToolReturnPart) and p.content == INTERRUPTED
+        for m in messages
+        for p in m.parts
+    )
+    expect(page.locator("#messages article").last).to_contain_text("Interrupted")
+    assert ChatTurn.objects.get(session=session).status == TurnStatus.STOPPED
+
+    send(page, "list the files")
+    wait_done(page)
+    assert_every_call_answered(log_of(session))
+    assert_every_call_answered(services.governed_context(session).messages)
+
+
+def test_two_tabs_see_the_same_stream(browser: Browser, chat_url: str, alice: Any) -> None:
+    session = make_session(alice, title="Two tabs", model="offline:demo")
+    context = browser.new_context()
+    first, second = context.new_page(), context.new_page()
+    open_chat(first, chat_url, session)
+    second.add_init_script(RECORDER)
+    second.goto(chat_url + session.get_absolute_url())
+    expect(second.get_by_test_id("chat-prompt")).to_be_visible()
+    second.wait_for_function("() => document.querySelector('[data-testid=xray-model]')")
+
+    send(first, "read README.md")
+    wait_done(first)
+    wait_done(second)
+
+    answer = answer_of(session)
+    for page in (first, second):
+        texts = [t for t in seen(page)["texts"] if t]
+        assert len(set(texts)) >= 5
+        assert all(answer.startswith(t) for t in texts)
+        expect(page.locator("#messages article")).to_have_count(4)
+    context.close()
+
+
+def test_a_tab_catches_up_mid_turn(browser: Browser, chat_url: str, alice: Any) -> None:
+    """A tab opened mid-turn starts from the database; a tab whose socket drops mid-answer
+    misses pushes, reconnects and re-reads the turn; both end with the whole conversation."""
+    session = make_session(alice, title="Catch up", model="offline:demo")
+    context = browser.new_context()
+    typing, dropping = context.new_page(), context.new_page()
+    open_chat(typing, chat_url, session)
+
+    deaf = {"on": False}
+    sockets: list[WebSocketRoute] = []
+
+    def route(ws: WebSocketRoute) -> None:
+        server = ws.connect_to_server()
+        server.on_message(lambda message: None if deaf["on"] else ws.send(message))
+        sockets.append(ws)
+
+    dropping.route_web_socket(re.compile(r"/ws/sessions/"), route)
+    dropping.add_init_script(RECORDER)
+    dropping.goto(chat_url + session.get_absolute_url())
+    expect(dropping.get_by_test_id("chat-prompt")).to_be_visible()
+
+    send(typing, "read README.md")
+    # Mid-answer: the dropping tab stops hearing, then its socket drops.
+    typing.wait_for_function(
+        "() => (document.querySelector('#chat-turn .stream-text') || {}).textContent?.length > 40",
+    )
+    deaf["on"] = True
+    late = context.new_page()
+    late.add_init_script(RECORDER)
+    late.goto(chat_url + session.get_absolute_url())
+    # Opened mid-turn: what streamed so far is there at once, from the database.
+    shown = late.locator("#chat-turn .stream-text").first.text_content() or ""
+    assert len(shown) > 40
+    dropping.wait_for_timeout(400)
+    deaf["on"] = False
+    sockets[-1].close(code=1012, reason="restarting")  # htmx reconnects after such a close
+
+    wait_done(typing)
+    for page in (late, dropping):
+        wait_done(page)
+        expect(page.locator("#messages article")).to_have_count(4)
+    answer = answer_of(session)
+    assert shown
+    assert answer.startswith(shown)
+    for page in (late, dropping, typing):
+        assert all(answer.startswith(t) for t in seen(page)["texts"] if t)
+        expect(page.locator("#messages article").last).to_contain_text(answer.splitlines()[0])
+    assert len(sockets) >= 2  # the dropping tab did reconnect
+    context.close()
+
+
+def test_compact_typed_in_the_chat(page: Page, chat_url: str, alice: Any) -> None:
+    session = make_session(alice, title="Long session", model="openai:gpt-4o")
+    history = agent_turns(10, 5, "def handler():\n    return 42\n" * 300, "Refactor OPS-77")
+    services.append_messages(session, history, auto_compact=False)
+    with celery_worker(ARTIFACTS / "logs" / "chat-worker.log"):
+        open_chat(page, chat_url, session)
+        send(page, "/compact keep OPS-77")
+        expect(page.get_by_test_id("chat-note").last).to_contain_text("Compaction queued")
+        expect(page.locator("#job-progress")).to_have_attribute(
+            "data-stage", "done", timeout=60_000
+        )
+    expect(page.get_by_test_id("compaction")).to_have_count(1)
+    compaction = Compaction.objects.get(session=session)
+    assert compaction.focus == "keep OPS-77"
+
+    send(page, "/history")
+    expect(page.get_by_test_id("chat-note").last).to_contain_text("1 summary")

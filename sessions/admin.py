@@ -11,6 +11,7 @@ from django.utils.html import format_html
 from sessions.models import (
     AgentSession,
     AuditEvent,
+    ChatTurn,
     Clear,
     Compaction,
     CompactionJob,
@@ -175,6 +176,14 @@ class CompactionJobAdmin(ReadOnlyAdmin):
     list_filter = ["status", "trigger", "outcome"]
     search_fields = ["session__title", "error"]
     list_select_related = ["session"]
+
+
+@admin.register(ChatTurn)
+class ChatTurnAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "session", "actor", "model", "status", "requests", "finished_at"]
+    list_filter = ["status", "model"]
+    search_fields = ["session__title", "prompt", "error"]
+    list_select_related = ["session", "actor"]
 
 
 @admin.register(AuditEvent)

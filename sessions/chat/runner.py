@@ -119,6 +119,8 @@ class TurnRun:
         status, error = TurnStatus.DONE, ""
         try:
             agent = chat_agent(self.session, self.turn.model, self)
+            if self.stopping:  # stopped before the run could start
+                raise asyncio.CancelledError
             self.agent_task = asyncio.create_task(
                 agent.run(self.turn.prompt, event_stream_handler=self.stream.handle)
             )
@@ -152,10 +154,11 @@ class TurnRun:
 
     def stop(self) -> None:
         """Cancel the agent's run (once); the turn ends as stopped."""
-        if self.stopping or self.agent_task is None:
+        if self.stopping:
             return
         self.stopping = True
-        self.agent_task.cancel()
+        if self.agent_task is not None:
+            self.agent_task.cancel()
 
 
 def describe(error: Exception) -> str:

@@ -124,12 +124,14 @@ class TurnStream:
             await self.push_turn()
         elif isinstance(event, FunctionToolResultEvent):
             result = event.part
-            text = result.model_response_str() if hasattr(result, "model_response_str") else ""
-            for tool in self.live["tools"]:
-                if tool["id"] == result.tool_call_id:
-                    tool["state"] = "done"
-                    tool["size"] = len(text)
-                    tool["result"] = text[:RESULT_PREVIEW_CHARS]
+            text = result.model_response_str()
+            # "retried" (arguments that did not validate), "failed", "denied" or "done".
+            state = "done" if result.outcome == "success" else result.outcome
+            tool = next((t for t in self.live["tools"] if t["id"] == result.tool_call_id), None)
+            if tool is None:
+                tool = {"id": result.tool_call_id, "name": result.tool_name, "args": ""}
+                self.live["tools"].append(tool)
+            tool.update(state=state, size=len(text), result=text[:RESULT_PREVIEW_CHARS])
             await self.push_turn()
 
     async def _part_started(self, index: int, part: Any) -> None:

@@ -116,7 +116,9 @@ def close_dangling_calls(session: AgentSession) -> list[Message]:
         return []
     results = ModelRequest(
         parts=[
-            ToolReturnPart(call.tool_name, INTERRUPTED, tool_call_id=call.tool_call_id)
+            ToolReturnPart(
+                call.tool_name, INTERRUPTED, tool_call_id=call.tool_call_id, outcome="interrupted"
+            )
             for call in calls
         ]
     )

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, WebSocketRoute, expect
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 
 from sessions import services
 from sessions.chat.turns import INTERRUPTED
@@ -21,8 +28,8 @@ from tests.processes import asgi_server, celery_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-# A streamed word every 60 ms and 0.6 s per tool call: slow enough to watch, fast enough to test.
-PACE_MS = "60"
+# A streamed word every 80 ms and 0.8 s per tool call: slow enough to watch, fast enough to test.
+PACE_MS = "80"
 
 # Records, in the page, every state of the chat it shows: what a person would have seen.
 RECORDER = """
@@ -110,7 +117,9 @@ def assert_every_call_answered(messages: list[Any]) -> None:
             following = messages[position + 1]
             assert isinstance(following, ModelRequest)
             assert calls <= {
-                p.tool_call_id for p in following.parts if isinstance(p, ToolReturnPart)
+                p.tool_call_id
+                for p in following.parts
+                if isinstance(p, ToolReturnPart | RetryPromptPart)
             }
 
 
@@ -220,7 +229,8 @@ def test_a_tab_catches_up_mid_turn(browser: Browser, chat_url: str, alice: Any) 
     dropping.goto(chat_url + session.get_absolute_url())
     expect(dropping.get_by_test_id("chat-prompt")).to_be_visible()
 
-    send(typing, "read README.md")
+    # Three reads: an answer of some 60 words, streaming for about five seconds.
+    send(typing, "read README.md, sessions/chat/runner.py and sessions/chat/stream.py")
     # Mid-answer: the dropping tab stops hearing, then its socket drops.
     typing.wait_for_function(
         "() => (document.querySelector('#chat-turn .stream-text') || {}).textContent?.length > 40",
@@ -239,7 +249,7 @@ def test_a_tab_catches_up_mid_turn(browser: Browser, chat_url: str, alice: Any) 
     wait_done(typing)
     for page in (late, dropping):
         wait_done(page)
-        expect(page.locator("#messages article")).to_have_count(4)
+        expect(page.locator("#messages article")).to_have_count(8)  # prompt, 3 pairs, answer
     answer = answer_of(session)
     assert shown
     assert answer.startswith(shown)

@@ -19,6 +19,7 @@ from django.utils import timezone
 from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -92,7 +93,8 @@ def assert_pairs_valid(messages: list[Any]) -> None:
                 continue
             following = messages[position + 1] if position + 1 < len(messages) else None
             assert isinstance(following, ModelRequest), f"no results after message {position}"
-            results = {p.tool_call_id for p in following.parts if isinstance(p, ToolReturnPart)}
+            answers = ToolReturnPart | RetryPromptPart
+            results = {p.tool_call_id for p in following.parts if isinstance(p, answers)}
             assert calls <= results, f"calls {calls - results} of message {position} unanswered"
 
 
@@ -210,6 +212,7 @@ async def test_stop_during_a_tool_leaves_a_valid_log_and_the_next_turn_runs(
     assert isinstance(call, ToolCallPart)
     assert isinstance(result, ToolReturnPart)
     assert (result.tool_call_id, result.content) == (call.tool_call_id, INTERRUPTED)
+    assert result.outcome == "interrupted"
     assert turn.last_seq == 2
 
     settings.CTXHUB_DEMO_PACE_MS = 0
@@ -380,3 +383,18 @@ def test_a_bad_prompt_is_refused_before_anything_is_written(
         turns.begin(session, alice, prompt, "")
     assert refused.value.field == "prompt"
     assert not ChatTurn.objects.filter(session=session).exists()
+
+
+async def test_a_tool_call_with_bad_arguments_shows_the_retry(
+    owner: Any, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, watch: Any
+) -> None:
+    fake_openai.replies = [ToolCallReply("read_file", {"file": "README.md"}), "Sorry."]
+    session = await sync_to_async(openai_session)(owner, fake_openai, monkeypatch)
+    pushes = await watch(session)
+    turn = await run_turn(session, owner, "Read the readme")
+    assert turn.status == TurnStatus.DONE, turn.error
+    await asyncio.sleep(0.2)
+    assert 'data-testid="tool-retried"' in pushes.text()
+    assert "refused its arguments" in pushes.text()
+    # The retry request is in the log, paired with its call.
+    assert_pairs_valid([row.message for row in await sync_to_async(log_of)(session)])

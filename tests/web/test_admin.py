@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from sessions import services
+from sessions.chat import turns
 from tests.factories import agent_turns, make_session
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
@@ -36,3 +37,16 @@ def test_the_policy_is_not_edited_in_the_admin(client: Client, admin_user: Any, 
     page = client.get(f"/admin/agent_sessions/agentsession/{session.pk}/change/").content
     assert b'name="policy"' not in page
     assert b"keep_last" in page
+
+
+def test_chat_turns_are_listed_read_only(client: Client, admin_user: Any, alice: Any) -> None:
+    session = make_session(alice, title="Chatty", model="offline:demo")
+    turn = turns.begin(session, alice, "what is in the README?", "")
+    turns.finish(turn, "failed", error="provider down")
+    client.force_login(admin_user)
+    page = client.get("/admin/agent_sessions/chatturn/?q=README").content.decode()
+    assert "Chatty" in page
+    assert "failed" in page
+    change = client.get(f"/admin/agent_sessions/chatturn/{turn.pk}/change/").content.decode()
+    assert "provider down" in change
+    assert 'name="_save"' not in change

@@ -56,6 +56,8 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "channels",
     "django_htmx",
+    # Serves the API's interactive docs from its bundled files: no CDN.
+    "ninja",
     "sessions.apps.AgentSessionsConfig",
 ]
 
@@ -174,6 +176,17 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(CTXHUB_SWEEP_SECONDS),
     }
 }
+
+# The REST API: requests per key and minute (the cache counts them: Redis when configured).
+CTXHUB_API_RATE_PER_MINUTE = env_int("CTXHUB_API_RATE_PER_MINUTE", 600, minimum=1)
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("CTXHUB_CHANNEL_PREFIX", "ctxhub"),
+        }
+    }
 
 # The dashboard chat. Any pydantic-ai model string answers (its API key from the provider's
 # usual variable); the offline demo model needs none. A turn beats every few seconds while it

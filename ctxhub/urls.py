@@ -5,11 +5,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from sessions import views
+from sessions.api.routes import urls as api_urls
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("api/v1/", api_urls()),
     path("", include("sessions.urls")),
 ]

@@ -433,6 +433,51 @@ class ChatTurn(models.Model):
         return self.status == TurnStatus.RUNNING
 
 
+class ApiKey(models.Model):
+    """A key an external agent authenticates with (``Authorization: Bearer <key>``).
+
+    Only the key's SHA-256 is stored: the key is shown once, when it is made. ``prefix``
+    finds the row; the digest is compared in constant time. Revoking stamps ``revoked_at``.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    scopes = models.JSONField(help_text="Any of read, write, govern.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class IdempotentRequest(models.Model):
+    """The answer to a request made with an ``Idempotency-Key``: a retry gets it again."""
+
+    api_key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    fingerprint = models.CharField(max_length=64, help_text="Method, path and body, hashed.")
+    status = models.PositiveSmallIntegerField()
+    body = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["api_key", "key"], name="idempotency_key_per_api_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.api_key_id} {self.key}"
+
+
 class AuditEvent(models.Model):
     """Who did what to a session, when, and the governed tokens before and after. Immutable."""
 

@@ -21,6 +21,7 @@ from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import live
 from sessions.models import AgentSession, Message, MessageKind, MessageSource
 from sessions.payloads import content_hash, parse_payload, storable_payload
+from sessions.services.errors import Conflict
 from sessions.services.governed import session_window
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def append_messages(
     *,
     source: str = MessageSource.API,
     auto_compact: bool = True,
+    expected_seq: int | None = None,
 ) -> list[Message]:
     """Append messages to the end of a session's log, all or none.
 
@@ -70,7 +72,8 @@ def append_messages(
     raises ``InvalidPayload`` (naming the field) before anything is written. Once committed, the
     new messages are pushed live, and a session that passed its soft threshold gets a
     background compaction (queued, never waited for), unless ``auto_compact`` is off (loading
-    a history at once, as the demo data does).
+    a history at once, as the demo data does). ``expected_seq``: the seq the first message
+    must get; a Conflict, and nothing written, when another append came first.
     """
     messages = [
         item if isinstance(item, ModelRequest | ModelResponse) else parse_payload(item)
@@ -86,6 +89,13 @@ def append_messages(
         AgentSession.objects.filter(pk=session.pk).update(updated_at=timezone.now())
         last = session.messages.aggregate(last=Max("seq"))["last"]
         start = 0 if last is None else last + 1
+        if expected_seq is not None and expected_seq != start:
+            raise Conflict(
+                f"expected_seq is {expected_seq} but the next message would be #{start}: "
+                "another append came first; read the log and retry",
+                field="expected_seq",
+                next_seq=start,
+            )
         rows = Message.objects.bulk_create(
             [
                 _build(session, start + i, m, payload, source, tokenizer)

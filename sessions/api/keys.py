@@ -1,0 +1,73 @@
+"""API keys: made (shown once), stored as a digest, checked, scoped, revoked."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from sessions.models import ApiKey
+from sessions.services import Invalid
+
+SCOPES = ("read", "write", "govern")
+PREFIX = "ctxh"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_key(
+    owner: Any, *, name: str, scopes: list[str], expires_days: int | None = None
+) -> tuple[ApiKey, str]:
+    """A new key and its text, which is never stored and cannot be shown again."""
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown or not scopes:
+        raise Invalid(
+            f"scopes: choose among {', '.join(SCOPES)}"
+            + (f" ({', '.join(unknown)} is not one)" if unknown else ""),
+            field="scopes",
+        )
+    if expires_days is not None and expires_days < 1:
+        raise Invalid("expires: at least one day", field="expires")
+    name = name.strip()[:100] or "API key"
+    prefix = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(
+        owner=owner,
+        name=name,
+        prefix=prefix,
+        digest=_digest(secret),
+        scopes=[scope for scope in SCOPES if scope in scopes],
+        expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
+    )
+    return key, f"{PREFIX}_{prefix}_{secret}"
+
+
+def authenticate(text: str) -> ApiKey | None:
+    """The live key ``text`` is, or None (unknown, wrong, revoked or expired)."""
+    parts = text.strip().split("_", 2)
+    if len(parts) != 3 or parts[0] != PREFIX:
+        return None
+    key = ApiKey.objects.select_related("owner").filter(prefix=parts[1]).first()
+    if key is None or not hmac.compare_digest(key.digest, _digest(parts[2])):
+        return None
+    now = timezone.now()
+    if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
+        return None
+    if not key.owner.is_active:
+        return None
+    # At most once a minute: a busy agent must not write a row per request.
+    if key.last_used_at is None or now - key.last_used_at > timedelta(minutes=1):
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    return key
+
+
+def revoke(key: ApiKey) -> None:
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])

@@ -1,0 +1,33 @@
+"""Requests per key and minute, counted in the cache (Redis when configured, so every server
+process shares the count). A key over its limit gets 429 with Retry-After; other keys are not
+affected."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.core.cache import cache
+
+from sessions.api.errors import ApiError
+from sessions.models import ApiKey
+
+WINDOW_SECONDS = 60
+
+
+def check(key: ApiKey) -> None:
+    limit = settings.CTXHUB_API_RATE_PER_MINUTE
+    now = time.time()
+    window = int(now // WINDOW_SECONDS)
+    name = f"ctxhub:api-rate:{key.prefix}:{window}"
+    # add() then incr(): atomic on Redis and in the local cache alike.
+    cache.add(name, 0, timeout=WINDOW_SECONDS * 2)
+    count = cache.incr(name)
+    if count > limit:
+        retry = max(1, int((window + 1) * WINDOW_SECONDS - now) + 1)
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"this key made more than {limit} requests this minute; retry in {retry} s",
+            headers={"Retry-After": str(retry)},
+        )

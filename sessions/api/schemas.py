@@ -1,0 +1,111 @@
+"""The API's request and response bodies (they make its OpenAPI schema)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ninja import Field, Schema
+
+
+class SessionIn(Schema):
+    title: str = Field(min_length=1, max_length=200)
+    model: str = Field(min_length=1, max_length=200, description="A pydantic-ai model string.")
+    context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
+    policy: dict[str, Any] = Field(default_factory=dict, description="Policy overrides.")
+
+
+class SessionPatch(Schema):
+    title: str | None = Field(default=None, min_length=1, max_length=200)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
+    policy: dict[str, Any] | None = None
+
+
+class SessionOut(Schema):
+    id: UUID
+    title: str
+    model: str
+    context_window: int | None
+    policy: dict[str, Any]
+    messages: int
+    tokens: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SessionPage(Schema):
+    sessions: list[SessionOut]
+    next_cursor: str | None = Field(description="Pass as cursor for the next page; null: last.")
+
+
+class AppendIn(Schema):
+    messages: list[dict[str, Any]] = Field(
+        min_length=1, max_length=1_000, description="pydantic-ai ModelMessage JSON objects."
+    )
+    expected_seq: int | None = Field(
+        default=None, ge=0, description="The seq the first message must get, else 409."
+    )
+
+
+class AppendOut(Schema):
+    first_seq: int
+    last_seq: int
+    tokens: int
+
+
+class StoredMessage(Schema):
+    seq: int
+    kind: str
+    tokens: int
+    source: str
+    created_at: datetime
+    message: dict[str, Any]
+
+
+class MessagePage(Schema):
+    messages: list[StoredMessage]
+    next_after_seq: int | None
+
+
+class ContextOut(Schema):
+    messages: list[dict[str, Any]] = Field(description="What to send next, as ModelMessage JSON.")
+    report: dict[str, Any] = Field(description="The ContextReport: budget, zones, actions.")
+
+
+class CompactionIn(Schema):
+    focus: str = Field(default="", max_length=2_000)
+    dry_run: bool = False
+    keep_from: int | None = Field(default=None, ge=0)
+
+
+class JobOut(Schema):
+    id: UUID
+    session: UUID
+    status: str
+    trigger: str
+    focus: str
+    outcome: str
+    error: str
+    progress: dict[str, Any]
+    result: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RecordOut(Schema):
+    id: int
+    kind: str
+    undone: bool
+
+
+class EvictedOut(Schema):
+    ref: str
+    text: str
+
+
+class GovernIn(Schema):
+    messages: list[dict[str, Any]] = Field(max_length=100_000)
+    model: str = Field(min_length=1, max_length=200)
+    policy: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,145 @@
+"""The Python client against a real server process (daphne on the test database), and an
+external agent on the offline demo model keeping its history in the hub through
+``RemoteGovernor`` while a browser watches its session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+
+from ctxhub.client import AsyncHub, Hub, HubError, RemoteGovernor, _wait
+from ctxhub.governance.offline import demo_model, demo_toolset
+from sessions.api.keys import create_key
+from sessions.models import Message
+from tests.conftest import ARTIFACTS
+from tests.factories import agent_turns, reply, user
+from tests.processes import asgi_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ALL = ["read", "write", "govern"]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup: None) -> Iterator[str]:
+    with asgi_server(ARTIFACTS / "logs" / "daphne-api.log") as url:
+        yield url
+
+
+@pytest.fixture
+def key(alice: Any) -> str:
+    return create_key(alice, name="client", scopes=ALL)[1]
+
+
+class LosesFirstAnswer(httpx.BaseTransport):
+    """The request reaches the server, its answer is lost on the way back (once)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if request.method == "POST" and self.lost == 0:
+            self.lost += 1
+            response.close()
+            raise httpx.ReadError("connection reset", request=request)
+        return response
+
+
+def test_a_retried_append_stores_once(
+    server: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ctxhub.client._wait", lambda response, attempt: 0.0)
+    transport = LosesFirstAnswer()
+    with Hub(server, key) as setup:
+        session = setup.create_session("Retried", model="openai:gpt-4o")
+    with Hub(server, key, transport=transport) as hub:
+        appended = hub.append(session.id, [user("hello"), reply("hi")])
+    assert transport.lost == 1
+    assert (appended.first_seq, appended.last_seq) == (0, 1)
+    assert Message.objects.filter(session_id=session.id).count() == 2
+
+
+def test_sessions_messages_and_context_round_trip(server: str, key: str) -> None:
+    with Hub(server, key) as hub:
+        made = [hub.create_session(f"s{i}", model="openai:gpt-4o") for i in range(3)]
+        assert [s.id for s in hub.sessions(page_size=2)] == [s.id for s in reversed(made)]
+        history = agent_turns(4, 2, "row\n" * 50, "Deploy db-west-3")
+        hub.append(made[0].id, history, expected_seq=0)
+        stored = list(hub.messages(made[0].id, page_size=5))
+        assert [m.seq for m in stored] == list(range(len(history)))
+        assert stored[0].message == history[0]
+        context = hub.context(made[0].id)
+        assert context.report.tokens_after > 0
+        assert isinstance(context.messages[0], ModelRequest)
+        with pytest.raises(HubError) as refused:
+            hub.append(made[0].id, [user("late")], expected_seq=0)
+        assert (refused.value.status, refused.value.field) == (409, "expected_seq")
+        with pytest.raises(HubError) as missing:
+            hub.session("00000000-0000-0000-0000-000000000000")
+        assert missing.value.status == 404
+    with Hub(server, "ctxh_nope_nope") as stranger, pytest.raises(HubError) as denied:
+        stranger.session(made[0].id)
+    assert denied.value.status == 401
+
+
+def test_the_client_waits_as_the_server_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = httpx.Response(429, headers={"Retry-After": "7"})
+    assert 7 <= _wait(asked, 0) <= 60
+    assert _wait(httpx.Response(503), 0) <= 0.5
+    assert _wait(httpx.Response(503), 10) <= 8
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) < 3:
+            return httpx.Response(
+                503, json={"error": {"code": "down", "message": "down", "field": None}}
+            )
+        return httpx.Response(200, json={"first_seq": 0, "last_seq": 0, "tokens": 1})
+
+    keys: list[str] = []
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        keys.append(request.headers["Idempotency-Key"])
+        return handler(request)
+
+    hub = Hub("http://hub.test", "k", transport=httpx.MockTransport(recording))
+    monkeypatch.setattr("ctxhub.client._wait", lambda response, attempt: 0.0)
+    assert hub.append("s", [user("x")]).tokens == 1
+    assert len(calls) == 3
+    assert len(set(keys)) == 1  # one key, reused on each retry
+
+
+async def test_an_external_agent_keeps_its_history_in_the_hub(server: str, key: str) -> None:
+    async with AsyncHub(server, key) as hub:
+        session = await hub.create_session("External agent", model="offline:demo")
+        agent = Agent(
+            demo_model(),
+            toolsets=[demo_toolset()],
+            capabilities=[RemoteGovernor(hub, session.id)],
+        )
+        result = await agent.run("read README.md")
+        assert "Here is what I found" in result.output
+        second = await agent.run("list sessions/api")
+        assert "sessions/api" in second.output
+        stored = [m.message async for m in hub.messages(session.id)]
+    kinds = [type(m).__name__ for m in stored]
+    assert kinds == ["ModelRequest", "ModelResponse"] * 4
+    prompts = [p.content for m in stored for p in m.parts if isinstance(p, UserPromptPart)]
+    assert prompts == ["read README.md", "list sessions/api"]
+    calls = [
+        p
+        for m in stored
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart)
+    ]
+    assert [c.tool_name for c in calls] == ["read_file", "list_files"]
+    assert isinstance(stored[-1].parts[0], TextPart)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from sessions import controls, views
+from sessions.api import pages as api_pages
 from sessions.chat import views as chat
 
 
@@ -27,6 +28,9 @@ urlpatterns = [
     path("", views.session_list, name="list"),
     path("sessions/<uuid:pk>/", views.session_detail, name="detail"),
     path("chats/new/", chat.new_chat, name="new-chat"),
+    path("keys/", api_pages.keys, name="keys"),
+    path("keys/new/", api_pages.create, name="key-create"),
+    path("keys/<seq:pk>/revoke/", api_pages.revoke_key, name="key-revoke"),
     path("sessions/<uuid:pk>/chat/", chat.send, name="chat-send"),
     path("sessions/<uuid:pk>/chat/stop/", chat.stop, name="chat-stop"),
     path("sessions/<uuid:pk>/chat/turn/", chat.turn, name="chat-turn"),

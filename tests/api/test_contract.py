@@ -378,3 +378,16 @@ def test_the_schema_and_docs_are_served_offline(client: Client) -> None:
     docs = client.get("/api/v1/docs").content.decode()
     assert "/static/ninja/swagger-ui-bundle.js" in docs
     assert "cdn" not in docs.lower()
+
+
+def test_errors_outside_the_operations_are_json_too(api: Api) -> None:
+    unknown = api.call("get", "/nowhere")
+    assert unknown.status_code == 404
+    assert error(unknown)["code"] == "not_found"
+    wrong_method = api.call("delete", "/sessions")
+    assert wrong_method.status_code == 405
+    assert error(wrong_method)["code"] == "method_not_allowed"
+    assert set(wrong_method["Allow"].split(", ")) == {"GET", "POST"}
+    broken = api.call("post", "/sessions", None)
+    assert broken.status_code in (400, 422)
+    assert error(broken)

@@ -1,0 +1,52 @@
+"""An external agent on the offline demo model keeps its history in the hub through
+``RemoteGovernor`` while Chromium watches its session page fill in live."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+from pydantic_ai import Agent
+
+from ctxhub.client import AsyncHub, RemoteGovernor
+from ctxhub.governance.offline import demo_model, demo_toolset
+from sessions.api.keys import create_key
+from sessions.models import AgentSession
+from tests.browser.test_controls import log_in, shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+async def external_agent(url: str, key: str, session_id: str) -> str:
+    async with AsyncHub(url, key) as hub:
+        agent = Agent(
+            demo_model(pace=0.02),
+            toolsets=[demo_toolset(pace=0.02)],
+            capabilities=[RemoteGovernor(hub, session_id)],
+        )
+        result = await agent.run("read README.md and list sessions/api")
+        return result.output
+
+
+def test_an_external_agents_session_updates_live(page: Page, live_url: str, alice: Any) -> None:
+    _, key = create_key(alice, name="external", scopes=["read", "write"])
+    session = AgentSession.objects.create(owner=alice, title="External agent", model="offline:demo")
+    log_in(page, live_url, session.get_absolute_url())
+    expect(page.locator("#messages article")).to_have_count(0)
+    page.evaluate("window.__samePage = true")
+
+    # The agent runs elsewhere (its own thread and event loop), speaking HTTP to the hub.
+    with ThreadPoolExecutor(1) as pool:
+        output = pool.submit(asyncio.run, external_agent(live_url, key, str(session.pk))).result(60)
+
+    assert "Here is what I found" in output
+    # prompt, two calls with their results, the answer: all arrived without a reload
+    expect(page.locator("#messages article")).to_have_count(6)
+    expect(page.locator("#messages article").last).to_contain_text("Here is what I found")
+    expect(page.locator("#messages article").first).to_contain_text("REST API")
+    assert page.evaluate("window.__samePage") is True
+    expect(page.get_by_test_id("message-total")).to_have_text("6")
+    shot(page, "external-agent")

@@ -68,6 +68,7 @@ def error(response: Any) -> dict[str, Any]:
 # --- keys -----------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_every_bad_key_is_a_401(alice: Any, session: AgentSession) -> None:
     revoked_key, revoked = create_key(alice, name="old", scopes=ALL)
     revoke(revoked_key)
@@ -189,6 +190,7 @@ def test_a_bad_cursor_is_a_422(api: Api) -> None:
 # --- messages --------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_an_append_is_idempotent_with_its_key(api: Api, session: AgentSession) -> None:
     body = {"messages": as_json([user("hello"), reply("hi")])}
     path = f"/sessions/{session.pk}/messages"
@@ -259,6 +261,7 @@ def test_messages_page_after_a_seq_or_the_newest(api: Api, session: AgentSession
 # --- context and governance ---------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_the_context_is_what_the_dashboard_governs(api: Api, session: AgentSession) -> None:
     history = agent_turns(8, 3, "line\n" * 2_000, "Migrate db-west-3")
     services.append_messages(session, history, auto_compact=False)
@@ -357,6 +360,7 @@ def test_evicted_outputs_read_back(api: Api, session: AgentSession) -> None:
 # --- limits and docs ---------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_a_key_over_its_rate_gets_429_and_others_do_not(alice: Any, settings: Any) -> None:
     settings.CTXHUB_API_RATE_PER_MINUTE = 3
     busy = Api(create_key(alice, name="busy", scopes=ALL)[1])

@@ -16,7 +16,7 @@ from uuid import UUID
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -171,21 +171,27 @@ def _policy(overrides: dict[str, Any], field: str = "policy") -> Policy:
 # --- sessions ----------------------------------------------------------------------------------
 
 
+def _with_figures(rows: QuerySet[AgentSession]) -> QuerySet[AgentSession]:
+    return rows.annotate(message_count=Count("messages"), token_total=Sum("messages__tokens"))
+
+
 def _session_out(session: AgentSession) -> dict[str, Any]:
-    figures = getattr(session, "_figures", None) or session.messages.aggregate(
-        count=Count("pk"), tokens=Sum("tokens")
-    )
+    """A session of a queryset made by ``_with_figures``."""
     return {
         "id": session.pk,
         "title": session.title,
         "model": session.model,
         "context_window": session.context_window,
         "policy": session.policy,
-        "messages": figures["count"],
-        "tokens": figures["tokens"] or 0,
+        "messages": session.message_count,  # type: ignore[attr-defined]
+        "tokens": session.token_total or 0,  # type: ignore[attr-defined]
         "created_at": session.created_at,
         "updated_at": session.updated_at,
     }
+
+
+def _described(session: AgentSession) -> dict[str, Any]:
+    return _session_out(_with_figures(AgentSession.objects.filter(pk=session.pk)).get())
 
 
 @api.post("/sessions", response={201: SessionOut}, tags=["sessions"])
@@ -200,7 +206,7 @@ def create_session(request: HttpRequest, body: SessionIn) -> Status[dict[str, An
         context_window=body.context_window,
         policy=body.policy,
     )
-    return Status(201, _session_out(session))
+    return Status(201, _described(session))
 
 
 def _encode_cursor(session: AgentSession) -> str:
@@ -226,11 +232,7 @@ def list_sessions(
     if cursor:
         created, pk = _decode_cursor(cursor)
         rows = rows.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=pk))
-    page = list(
-        rows.annotate(_count=Count("messages"), _tokens=Sum("messages__tokens"))[: limit + 1]
-    )
-    for session in page:
-        session._figures = {"count": session._count, "tokens": session._tokens}  # type: ignore[attr-defined]
+    page = list(_with_figures(rows)[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
     return {
@@ -241,7 +243,7 @@ def list_sessions(
 
 @api.get("/sessions/{session_id}", response=SessionOut, tags=["sessions"])
 def get_session(request: HttpRequest, session_id: UUID) -> dict[str, Any]:
-    return _session_out(_session(request, session_id, "read"))
+    return _described(_session(request, session_id, "read"))
 
 
 @api.patch("/sessions/{session_id}", response=SessionOut, tags=["sessions"])
@@ -261,8 +263,7 @@ def patch_session(request: HttpRequest, session_id: UUID, body: SessionPatch) ->
         session.save(update_fields=[*fields, "updated_at"])
     if "model" in fields:
         tasks.recount_session_tokens.delay(str(session.pk))
-    session.refresh_from_db()
-    return _session_out(session)
+    return _described(session)
 
 
 # --- messages ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.params import HeaderEx, P, QueryEx
+from ninja.params import HeaderEx, P, PathEx, QueryEx
 from ninja.security import HttpBearer
 from pydantic import ValidationError as PydanticError
 from pydantic_ai.messages import ModelMessagesTypeAdapter
@@ -58,6 +58,10 @@ from sessions.models import (
 )
 from sessions.payloads import InvalidPayload, parse_payload
 from sessions.services import ServiceError
+
+# Seqs and record ids fit the database's integer columns: a larger one is a 422, not an error.
+MAX_ID = 2**31 - 1
+RecordId = PathEx[int, P(ge=0, le=MAX_ID)]
 
 
 class KeyAuth(HttpBearer):
@@ -369,7 +373,7 @@ def _stored(row: Message) -> dict[str, Any]:
 def messages(
     request: HttpRequest,
     session_id: UUID,
-    after_seq: QueryEx[int | None, P(ge=-1)] = None,
+    after_seq: QueryEx[int | None, P(ge=-1, le=MAX_ID)] = None,
     limit: QueryEx[int, P(ge=1, le=1_000)] = 100,
 ) -> dict[str, Any]:
     """Messages after a seq, oldest first; with only ``limit``, the newest, in order."""
@@ -500,7 +504,7 @@ def job(request: HttpRequest, job_id: UUID) -> dict[str, Any]:
 
 
 @api.post("/compactions/{compaction_id}/undo", response=RecordOut, tags=["compactions"])
-def undo_compaction(request: HttpRequest, compaction_id: int) -> dict[str, Any]:
+def undo_compaction(request: HttpRequest, compaction_id: RecordId) -> dict[str, Any]:
     key = _need(request, "govern")
     record = Compaction.objects.filter(pk=compaction_id, session__owner=key.owner).first()
     if record is None:
@@ -518,7 +522,7 @@ def clear(request: HttpRequest, session_id: UUID) -> Status[dict[str, Any]]:
 
 
 @api.post("/clears/{clear_id}/undo", response=RecordOut, tags=["compactions"])
-def undo_clear(request: HttpRequest, clear_id: int) -> dict[str, Any]:
+def undo_clear(request: HttpRequest, clear_id: RecordId) -> dict[str, Any]:
     key = _need(request, "govern")
     record = Clear.objects.filter(pk=clear_id, session__owner=key.owner).first()
     if record is None:
@@ -528,14 +532,14 @@ def undo_clear(request: HttpRequest, clear_id: int) -> dict[str, Any]:
 
 
 @api.put("/sessions/{session_id}/pins/{seq}", response=RecordOut, tags=["compactions"])
-def pin(request: HttpRequest, session_id: UUID, seq: int) -> dict[str, Any]:
+def pin(request: HttpRequest, session_id: UUID, seq: RecordId) -> dict[str, Any]:
     session = _session(request, session_id, "govern")
     record = services.pin(session, seq, actor=_key(request).owner)
     return {"id": record.pk, "kind": "pin", "undone": False}
 
 
 @api.delete("/sessions/{session_id}/pins/{seq}", response=RecordOut, tags=["compactions"])
-def unpin(request: HttpRequest, session_id: UUID, seq: int) -> dict[str, Any]:
+def unpin(request: HttpRequest, session_id: UUID, seq: RecordId) -> dict[str, Any]:
     session = _session(request, session_id, "govern")
     record = services.unpin(session, seq, actor=_key(request).owner)
     return {"id": record.pk, "kind": "pin", "undone": True}

@@ -45,7 +45,10 @@ class AppendIn(Schema):
         min_length=1, max_length=1_000, description="pydantic-ai ModelMessage JSON objects."
     )
     expected_seq: int | None = Field(
-        default=None, ge=0, description="The seq the first message must get, else 409."
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="The seq the first message must get, else 409.",
     )
 
 
@@ -77,7 +80,7 @@ class ContextOut(Schema):
 class CompactionIn(Schema):
     focus: str = Field(default="", max_length=2_000)
     dry_run: bool = False
-    keep_from: int | None = Field(default=None, ge=0)
+    keep_from: int | None = Field(default=None, ge=0, le=2**31 - 1)
 
 
 class JobOut(Schema):

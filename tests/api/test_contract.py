@@ -395,3 +395,20 @@ def test_errors_outside_the_operations_are_json_too(api: Api) -> None:
     broken = api.call("post", "/sessions", None)
     assert broken.status_code in (400, 422)
     assert error(broken)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("put", "/sessions/{id}/pins/99999999999"),
+        ("delete", "/sessions/{id}/pins/99999999999"),
+        ("post", "/compactions/99999999999/undo"),
+        ("get", "/sessions/{id}/messages?after_seq=99999999999"),
+    ],
+)
+def test_numbers_beyond_the_database_are_a_422(
+    api: Api, session: AgentSession, method: str, path: str
+) -> None:
+    response = api.call(method, path.format(id=session.pk), {})
+    assert response.status_code == 422
+    assert error(response)["code"] == "invalid"

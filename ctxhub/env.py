@@ -56,10 +56,27 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def _sqlite(path: Path) -> dict[str, Any]:
+    """SQLite set up for a server where requests, sockets and chat turns write at once: WAL
+    (readers do not block the writer), transactions that take the write lock when they begin
+    (no deadlock upgrading it) and a wait for it rather than an error. Tests use a file too,
+    so they meet the same locking as the server."""
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": path,
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        "TEST": {"NAME": path.with_name(f"test-{path.name}")},
+    }
+
+
 def database_from_url(name: str, url: str, *, sqlite_default: Path) -> dict[str, Any]:
     """A DATABASES entry from ``postgres://user:pass@host:port/db`` or ``sqlite:///path``."""
     if not url:
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": sqlite_default}
+        return _sqlite(sqlite_default)
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         # sqlite:///relative/path, sqlite:////absolute/path (the usual convention)
@@ -68,7 +85,7 @@ def database_from_url(name: str, url: str, *, sqlite_default: Path) -> dict[str,
             raise ImproperlyConfigured(
                 f"{name}={url!r}: sqlite needs a file, e.g. sqlite:///db.sqlite3"
             )
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+        return _sqlite(Path(path))
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ImproperlyConfigured(
             f"{name}={url!r}: unsupported scheme {parts.scheme!r} (use postgres:// or sqlite:///)"

@@ -23,7 +23,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.params import HeaderEx, P, PathEx, QueryEx
 from ninja.security import HttpBearer
 from pydantic import ValidationError as PydanticError
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import Policy, govern
 from sessions import services, tasks
@@ -332,14 +332,7 @@ def append(
     """Append messages, all or none. A retry with the same Idempotency-Key stores nothing
     more and answers the same; ``expected_seq`` guards against a concurrent append."""
     session = _session(request, session_id, "write")
-    messages = []
-    for index, item in enumerate(body.messages):
-        try:
-            messages.append(parse_payload(item))
-        except InvalidPayload as exc:
-            first = exc.errors[0]
-            path = dotted_to_path(f"messages[{index}]", first.path)
-            raise ApiError(422, "invalid", f"{path}: {first.message}", field=path) from None
+    messages = _parsed(body.messages)
 
     def run() -> tuple[int, dict[str, Any]]:
         rows = services.append_messages(
@@ -356,6 +349,19 @@ def append(
     except InvalidPayload as exc:  # a NUL character, refused before anything is written
         first = exc.errors[0]
         raise ApiError(422, "invalid", f"{first.path}: {first.message}", field=first.path) from None
+
+
+def _parsed(items: list[dict[str, Any]]) -> list[ModelMessage]:
+    """pydantic-ai messages from their JSON; a 422 naming the first bad field."""
+    messages = []
+    for index, item in enumerate(items):
+        try:
+            messages.append(parse_payload(item))
+        except InvalidPayload as exc:
+            first = exc.errors[0]
+            path = dotted_to_path(f"messages[{index}]", first.path)
+            raise ApiError(422, "invalid", f"{path}: {first.message}", field=path) from None
+    return messages
 
 
 def _stored(row: Message) -> dict[str, Any]:
@@ -432,14 +438,7 @@ def context(
 def govern_stateless(request: HttpRequest, body: GovernIn) -> dict[str, Any]:
     """Govern a history sent whole (nothing is stored): for agents that keep their own."""
     _need(request, "read")
-    messages = []
-    for index, item in enumerate(body.messages):
-        try:
-            messages.append(parse_payload(item))
-        except InvalidPayload as exc:
-            first = exc.errors[0]
-            path = dotted_to_path(f"messages[{index}]", first.path)
-            raise ApiError(422, "invalid", f"{path}: {first.message}", field=path) from None
+    messages = _parsed(body.messages)
     governed = govern(messages, _policy(body.policy), model=body.model)
     return {"messages": _dump(governed.messages), "report": governed.report.model_dump(mode="json")}
 

@@ -1,7 +1,7 @@
 """The chat's views: send a prompt or a command, stop the turn, the turn fragment, a new chat.
 
-A prompt starts a turn and answers with its fragment; what follows reaches every open page
-over the session's socket. A command answers with its note, for the page that typed it. A
+A prompt starts a turn and is answered 202: the turn reaches every open page, this one
+included, over the session's socket. A command answers with its note, for the page that typed it. A
 refusal (a turn already running, an empty prompt, a command refused) is a 4xx with the reason
 under the composer.
 """

@@ -6,14 +6,15 @@ between two governed requests, so a provider may still answer "context length ex
 ``ModelContextWindowExceededError`` and the raw errors of OpenAI (``context_length_exceeded``),
 Anthropic ("prompt is too long") and Gemini ("exceeds the maximum number of tokens") — and asks
 for another attempt (``RetryModelRequest``) with a smaller history: at most ``max_retries``
-times (3, as AgenticLoop RFC 005), each removing a bounded share of the history.
+times (3, as AgenticLoop RFC 005), each removing a larger share of the history than the one
+before, the last sending the least the policy allows.
 
 Shrinking is the engine's own: the failed attempt's history is governed again with a history
 cap, so the oldest messages go first (the sliding window, then iteration groups of the current
 turn), a tool call never loses its result, and the system prompt, pins, protected tools and
 the latest user request stay. When the provider states the limit and the size ("maximum
-context length is 8192 tokens … resulted in 9000 tokens"), the shrink aims just below the
-limit, still within the bounds.
+context length is 8192 tokens … resulted in 9000 tokens", or any "507414 > 120000"), the
+first shrink aims just below the limit, still within the bounds.
 
 Only the request on the wire changes; the run's history keeps every message.
 """
@@ -62,6 +63,8 @@ _LIMIT_AND_SIZE = (
     re.compile(r"(?P<size>\d[\d,]*) tokens > (?P<limit>\d[\d,]*) maximum"),
     # Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)"
     re.compile(r"input token count \((?P<size>\d[\d,]*)\).*?allowed \((?P<limit>\d[\d,]*)\)", re.S),
+    # Any other "size > limit" pair: "507414 > 120000", "130,000 tokens > 128,000"
+    re.compile(r"(?P<size>\d[\d,]*)(?:\s*tokens?)?\s*>\s*(?P<limit>\d[\d,]*)"),
 )
 
 
@@ -215,12 +218,20 @@ class OverflowRecovery(AbstractCapability[Any]):
     def _model(self, request_context: ModelRequestContext) -> str:
         return self.tokenizer_model or request_context.model.model_name
 
-    def _share(self, error: Exception) -> float:
+    def _share(self, error: Exception, retry: int) -> float:
+        """Share of the history retry ``retry`` (from 0) removes. It escalates: the stated
+        sizes' share (else ``min_shrink``) is doubled on each retry, within ``max_shrink``, and
+        the last retry sends the least the policy allows (what must stay), so the retries
+        reach a request that fits whatever the overflow, if any can."""
+        if retry >= self.max_retries - 1:
+            return 1.0
         sizes = stated_sizes(error)
         if sizes is None:
-            return self.min_shrink
-        limit, size = sizes
-        wanted = 1 - (limit / size) * 0.9 if size else self.min_shrink
+            wanted = self.min_shrink
+        else:
+            limit, size = sizes
+            wanted = 1 - (limit / size) * 0.9 if size else self.min_shrink
+        wanted *= float(2**retry)
         return min(self.max_shrink, max(self.min_shrink, wanted))
 
     async def prepare_model_request(
@@ -264,7 +275,7 @@ class OverflowRecovery(AbstractCapability[Any]):
             raise error
         model = self._model(request_context)
         current = _history_tokens(request_context.messages, model)
-        target = int(current * (1 - self._share(error)))
+        target = int(current * (1 - self._share(error, len(targets))))
         shrunk = shrink_history(request_context.messages, target, policy=self.policy, model=model)
         if not shrunk.changed:
             # Nothing left that may be removed: retrying would fail the same way.

@@ -180,3 +180,32 @@ def test_stated_sizes_of_openai_messages() -> None:
     )
     assert stated_sizes(error) == (8_192, 9_000)
     assert stated_sizes(RuntimeError("prompt is too long")) is None
+
+
+def test_any_size_over_limit_pair_is_read() -> None:
+    assert stated_sizes(RuntimeError("Request too large: 507414 > 120000")) == (120_000, 507_414)
+    assert stated_sizes(RuntimeError("input is too long (130,000 tokens > 128,000)")) == (
+        128_000,
+        130_000,
+    )
+
+
+async def test_the_retries_escalate_to_the_least_the_policy_allows() -> None:
+    """An overflow that states no sizes, and a model that takes only a tiny request: three
+    retries of a quarter each would still be too long; escalating, the last one fits."""
+    seen: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(len(messages))
+        if len(messages) > 4:
+            raise ModelContextWindowExceededError(model_name="fn", message="prompt is too long")
+        return ModelResponse(parts=[TextPart("fits")])
+
+    recovery = OverflowRecovery()
+    agent = Agent(FunctionModel(model), capabilities=[ContextGovernor(Policy(), recovery=recovery)])
+    result = await agent.run("and now summarise", message_history=_long_history())
+    assert result.output == "fits"
+    assert len(recovery.events) <= 3
+    assert seen == sorted(seen, reverse=True)
+    shares = [1 - e.target_tokens / e.tokens_before for e in recovery.events]
+    assert shares == sorted(shares)  # each retry removes a larger share

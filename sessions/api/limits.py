@@ -19,7 +19,7 @@ def check(key: ApiKey) -> None:
     limit = settings.CTXHUB_API_RATE_PER_MINUTE
     now = time.time()
     window = int(now // WINDOW_SECONDS)
-    name = f"ctxhub:api-rate:{key.prefix}:{window}"
+    name = f"api-rate:{key.prefix}:{window}"  # the cache adds its own prefix
     # add() then incr(): atomic on Redis and in the local cache alike.
     cache.add(name, 0, timeout=WINDOW_SECONDS * 2)
     count = cache.incr(name)

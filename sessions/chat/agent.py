@@ -13,7 +13,7 @@ A request refused for its length is retried smaller by ``OverflowRecovery``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from asgiref.sync import sync_to_async
@@ -55,10 +55,6 @@ class HubGovernance(AbstractCapability[Any]):
     session: AgentSession
     hooks: RequestHooks
     policy: Policy
-    recovery: OverflowRecovery = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.recovery = OverflowRecovery(policy=self.policy, tokenizer_model=self.session.model)
 
     def get_toolset(self) -> AbstractToolset[Any] | None:
         """Reading an evicted output back, from the session's stored outputs."""
@@ -90,8 +86,7 @@ class HubGovernance(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         request_context.messages = await self.hooks.before_request(request_context.messages)
-        # On a retry after an overflow, the governed request is shrunk further.
-        return await self.recovery.prepare_model_request(ctx, request_context)
+        return request_context
 
     async def after_model_request(
         self,
@@ -100,32 +95,22 @@ class HubGovernance(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         response: ModelResponse,
     ) -> ModelResponse:
-        response = await self.recovery.after_model_request(
-            ctx, request_context=request_context, response=response
-        )
         await self.hooks.after_response(response)
         return response
-
-    async def on_model_request_error(
-        self,
-        ctx: RunContext[Any],
-        *,
-        request_context: ModelRequestContext,
-        error: Exception,
-    ) -> ModelResponse:
-        """An overflow becomes a retry with a smaller history; anything else propagates."""
-        return await self.recovery.on_model_request_error(
-            ctx, request_context=request_context, error=error
-        )
 
 
 def chat_agent(session: AgentSession, model_name: str, hooks: RequestHooks) -> Agent[None, str]:
     """The agent that answers a turn; raises what resolving the model raises (an unknown
     name, a missing API key)."""
+    policy = session_policy(session)
     pace = settings.CTXHUB_DEMO_PACE_MS / 1000
     model = demo_model(pace=pace) if model_name == OFFLINE_DEMO else resolve_model(model_name)
     return Agent(
         model,
         toolsets=[demo_toolset(pace=pace if model_name == OFFLINE_DEMO else 0.0)],
-        capabilities=[HubGovernance(session, hooks, session_policy(session))],
+        # Recovery after the governance: a retry shrinks the governed request further.
+        capabilities=[
+            HubGovernance(session, hooks, policy),
+            OverflowRecovery(policy=policy, tokenizer_model=session.model),
+        ],
     )

@@ -139,7 +139,7 @@ def result_call_id(part: Part) -> str:
     return part.tool_call_id
 
 
-FACTS_VERSION = 1
+FACTS_VERSION = 2
 """Version of ``MessageFacts.to_json``'s form; a stored form of another version is refused (so
 a hub counts the message again). Raise it whenever a field is added or changes meaning."""
 
@@ -166,6 +166,7 @@ class MessageFacts:
     call_ids: tuple[str, ...] = ()
     result_ids: tuple[str, ...] = ()
     user_prompt: bool = False
+    """A request holding a user prompt part that a user wrote (not a notice or summary)."""
     system_tokens: int = 0
     text_response: bool = False
     tool_names: frozenset[str] = field(default_factory=frozenset)
@@ -348,7 +349,10 @@ def _compute_facts(
         part_kinds=kinds,
         part_tool_names=tool_names,
         result_ids=results,
-        user_prompt=any(isinstance(p, UserPromptPart) for p in parts),
+        # A request governance wrote (a window notice, a summary) is nobody's prompt: the turn
+        # it sits in still starts at the user's own request.
+        user_prompt=not _governance_made(message)
+        and any(isinstance(p, UserPromptPart) for p in parts),
         system_tokens=system,
         tool_names=names,
         only_results=bool(parts) and len(results) == len(parts),
@@ -372,6 +376,10 @@ def request_timestamp(message: ModelRequest) -> datetime:
         if isinstance(stamp, datetime):
             return stamp
     return EPOCH
+
+
+def _governance_made(message: ModelRequest) -> bool:
+    return isinstance(message.metadata, dict) and MARK in message.metadata
 
 
 def _written(part: Part) -> bool:

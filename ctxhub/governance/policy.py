@@ -143,10 +143,19 @@ class Window(_Model):
     enabled: bool = True
     triggers: tuple[Threshold, ...] = Field(
         default=(),
-        description="Any trigger firing windows the history; exceeding the budget always does.",
+        description=(
+            "Any trigger firing windows the history; exceeding the budget always does. A trigger "
+            "measures the movable messages: those after the head that are not kept whatever "
+            "the window (system prompts, pins, protected tools, turn-aborted markers, the "
+            "current turn's request) and not a window notice."
+        ),
     )
     keep: Threshold | None = Field(
-        default=None, description="How much recent history a trigger keeps; None fills the budget."
+        default=None,
+        description=(
+            "How much recent history the window keeps, measured as triggers measure it (the "
+            "movable messages of the tail, the current turn's included); None fills the budget."
+        ),
     )
     keep_head: bool = Field(default=True, description="Keep the first run (co-cli).")
     protected_tools: tuple[str, ...] = ("manage_todo_list",)

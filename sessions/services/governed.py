@@ -235,12 +235,12 @@ def history_figures(session: AgentSession) -> HistoryFigures:
         if source.seq is None and is_summary(history.messages[position])
     )
     requests = sum(1 for f in facts if f.request)
-    user_turns = sum(1 for f in facts if f.request and f.user_prompt) - summaries
+    user_turns = sum(1 for f in facts if f.request and f.user_prompt)
     return HistoryFigures(
         messages=len(facts),
         requests=requests,
         responses=len(facts) - requests,
-        user_turns=max(user_turns, 0),
+        user_turns=user_turns,
         tool_calls=sum(len(f.call_ids) for f in facts),
         tool_results=sum(len(f.result_ids) for f in facts),
         summaries=summaries,

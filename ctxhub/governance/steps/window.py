@@ -3,12 +3,19 @@
 * Triggers (pydantic-deep, 004): any of messages / tokens / fraction of the window fires it, and
   exceeding the budget always does. What to keep: messages / tokens / fraction, never more than
   the budget allows; by default as much as the budget allows (Duragent's render-time fill).
+* Triggers and keeps measure the same thing: the *movable* messages, those after the head that
+  are neither kept whatever the window (below) nor a window notice. So a keep smaller than a
+  trigger of its kind never lets the window fire again on its own output. Exceeding the budget
+  is measured on everything sent.
 * The head is the first run — up to the first response with text, as co-cli finds it — and is
   kept, unless it would take more than half the budget, when only the first request is.
 * Kept whatever the window: messages with a system prompt, pinned messages, the latest call and
-  result of each protected tool (AgenticLoop's ``manage_todo_list``), turn-aborted markers, and
-  the current turn (from the latest user request on; ``drop_groups`` governs inside it). Each
-  kept message keeps the other half of its tool-call pairs.
+  result of each protected tool (AgenticLoop's ``manage_todo_list``), turn-aborted markers, the
+  user request that opened the current turn, and the newest exchange (the latest response and
+  what follows it). Each kept message keeps the other half of its tool-call pairs.
+* The window reaches into the current turn: an agent working on one request through dozens of
+  tool iterations has its older iteration groups (and retry exchanges) dropped — and, through
+  ``compact``, summarised — like older turns, oldest first.
 * The cut never separates a call from its result: the tail starts only where no result in it
   answers a call before it.
 * A notice in Duragent's format says how many messages were omitted; a notice from an earlier
@@ -80,6 +87,9 @@ def sticky_positions(work: Work) -> set[int]:
     """Positions kept whatever the window, closed over their tool-call partners."""
     policy = work.policy.window
     sticky = set(work.pinned_positions)
+    if work.latest_prompt is not None:
+        # The request that opened the current turn (with any results it carries).
+        sticky.update(range(work.turn_start, work.latest_prompt + 1))
     protected = frozenset(policy.protected_tools)
     landmarks = work.landmarks
     if landmarks is not None:
@@ -141,6 +151,28 @@ def _close_over_pairs(work: Work, positions: set[int]) -> set[int]:
     return closed
 
 
+def tail_floor(work: Work) -> int:
+    """First position of the newest exchange, which the window always keeps: the latest
+    response of the current turn and what follows it (the turn's request on when the turn has
+    no response yet)."""
+    opened = work.turn_start if work.latest_prompt is None else work.latest_prompt + 1
+    facts = work.facts
+    for position in range(len(facts) - 1, opened - 1, -1):
+        if not facts[position].request:
+            return position
+    return work.turn_start
+
+
+def movable(work: Work, head_end: int, sticky: set[int]) -> list[int]:
+    """Kept positions after the head the window may drop: not sticky, not a notice."""
+    facts, kept = work.facts, work.kept
+    return [
+        p
+        for p in range(head_end + 1, len(facts))
+        if kept[p] and p not in sticky and not facts[p].notice
+    ]
+
+
 def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
     """Whether the history is over budget or any trigger fires."""
     triggers = work.policy.window.triggers
@@ -148,18 +180,14 @@ def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
     # have been governed first, as they are when nothing fires.
     if work.exact_over(eager=bool(triggers)):
         return True
-    window_tokens = work.window_tokens
+    if not triggers:
+        return False
+    positions = movable(work, head_end, sticky)
+    tokens = work.tokens
     for trigger in triggers:
-        kind, value = trigger.resolve(window_tokens)
-        if kind == "messages":
-            movable = sum(
-                1
-                for p in range(head_end + 1, len(work.facts))
-                if work.kept[p] and p not in sticky and not work.facts[p].notice
-            )
-            if movable > value:
-                return True
-        elif work.exact_over(value):
+        kind, value = trigger.resolve(work.window_tokens)
+        size = len(positions) if kind == "messages" else sum(tokens[p] for p in positions)
+        if size > value:
             return True
     return False
 
@@ -175,25 +203,27 @@ def window(work: Work) -> int | None:
     head_end = find_head_end(work)
     work.head_end = head_end
     work.tail_start = work.turn_start
-    if not policy.enabled or work.turn_start <= head_end + 1:
+    floor = tail_floor(work)
+    if not policy.enabled or floor <= head_end + 1:
         return None
     sticky = sticky_positions(work)
     if not _fired(work, head_end, sticky):
         return None
 
-    start = work.turn_start
     size = len(work.facts)
-    middle_sticky = sorted(p for p in sticky if head_end < p < start)
+    middle_sticky = sorted(p for p in sticky if head_end < p < floor)
+    floor_kept = [p for p in range(floor, size) if work.kept[p]]
     fixed = sum(
-        work.materialise(p)
-        for p in chain(range(head_end + 1), middle_sticky, range(start, size))
-        if work.kept[p]
+        work.materialise(p) for p in chain(range(head_end + 1), middle_sticky, floor_kept)
     )
-    notices = [p for p in notice_positions(work) if head_end < p < start and p not in sticky]
+    notices = [p for p in notice_positions(work) if head_end < p < floor and p not in sticky]
     previous = sum(work.facts[p].omitted for p in notices)
     # Reserve room for the notice at its largest (every middle message omitted).
-    worst = build_notice(work, previous + start, work.facts[start].timestamp)
+    worst = build_notice(work, previous + floor, work.facts[floor].timestamp)
     available = work.limit - fixed - message_facts(worst, work.tokenizer).tokens
+    # The keep counts the movable messages of the whole tail, the newest exchange included.
+    floor_movable = [p for p in floor_kept if p not in sticky and not work.facts[p].notice]
+    count = len(floor_movable)
     max_messages: int | None = None
     # The keep target applies however the window fired: a budget-driven cut that kept more
     # would let a trigger fire again on the output, and governing twice must change nothing.
@@ -202,28 +232,27 @@ def window(work: Work) -> int | None:
         if kind == "messages":
             max_messages = value
         else:
-            available = min(available, value)
+            available = min(available, value - sum(work.tokens[p] for p in floor_movable))
 
     taken = 0
-    # A message keep counts the whole tail, the current turn included.
-    count = sum(work.kept[start:])
-    # Results in the kept turn whose calls come before it: the cut must go below those calls.
+    # Results in the kept tail whose calls come before it: the cut must go below those calls.
     open_results: set[str] = set()
-    calls_in_turn: set[str] = set()
-    for position in range(start, len(work.facts)):
-        calls_in_turn.update(work.facts[position].call_ids)
-        open_results.update(set(work.facts[position].result_ids) - calls_in_turn)
-    cut = start if not open_results else head_end + 1
+    calls_in_tail: set[str] = set()
+    for position in range(floor, size):
+        calls_in_tail.update(work.facts[position].call_ids)
+        open_results.update(set(work.facts[position].result_ids) - calls_in_tail)
+    cut = floor if not open_results else head_end + 1
     # The hottest loop of a warm call (one pass over the kept tail): names bound locally, and
     # positions already governed read straight from the token list.
     facts, kept, tokens = work.facts, work.kept, work.tokens
     materialised, materialise = work.materialised, work.materialise
-    limit_messages = max_messages if max_messages is not None else len(work.facts) + 1
-    for position in range(start - 1, head_end, -1):
+    limit_messages = max_messages if max_messages is not None else size + 1
+    for position in range(floor - 1, head_end, -1):
         fact = facts[position]
         if kept[position] and position not in sticky:
             taken += tokens[position] if position in materialised else materialise(position)
-            count += 1
+            if not fact.notice:
+                count += 1
             if taken > available or count > limit_messages:
                 break
         if fact.result_ids:
@@ -234,9 +263,11 @@ def window(work: Work) -> int | None:
             cut = position
 
     dropped = work.drop_range(head_end + 1, cut, middle_sticky, "window")
-    work.tail_start = cut
     if not dropped:
+        # Nothing left the history: the tail is the current turn, as when the window is idle.
+        work.tail_start = min(cut, work.turn_start)
         return 0
+    work.tail_start = cut
     # Earlier notices are folded into the new one, not counted as omitted messages.
     omitted = previous + len(dropped) - sum(1 for p in notices if _among(dropped, p))
     first_dropped = dropped[0]

@@ -1,0 +1,190 @@
+"""One long run: an agent on a single request through many tool iterations is governed like a
+chatty one — windowed, summarised and brought under budget inside its own turn."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from compact_builders import scripted_summarizer
+from engine_builders import MODEL, T0, _call, _off, _ret, _text, _tight, _user, _words
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryInfo,
+    RetryPromptPart,
+)
+from pydantic_ai.messages import TextPart as Text
+
+from ctxhub.governance import compact, govern
+from ctxhub.governance.compact import is_summary
+from ctxhub.governance.steps.normalize import pairing_problems
+
+
+def _one_prompt(groups: int, size: int = 400) -> list[ModelMessage]:
+    """One user request, then ``groups`` tool call/return pairs: no turn ever ends."""
+    history: list[ModelMessage] = [_user("migrate the billing tables", system="be careful")]
+    for i in range(groups):
+        history += [_call("run", id=f"r{i}"), _ret("run", _words(size, f"out{i}"), id=f"r{i}")]
+    return history
+
+
+def _retries(count: int, size: int = 400, *, legacy: bool = False) -> list[ModelMessage]:
+    """One user request, then ``count`` large invalid answers, each refused by retry feedback
+    (or by the older retry prompt)."""
+    history: list[ModelMessage] = [_user("answer in JSON", system="be careful")]
+    for i in range(count):
+        feedback: RetryFeedbackPart | RetryPromptPart = (
+            RetryPromptPart(f"invalid JSON #{i}", timestamp=T0)
+            if legacy
+            else RetryFeedbackPart(
+                f"invalid JSON #{i}", retry=RetryInfo("validation_error"), timestamp=T0
+            )
+        )
+        history += [
+            ModelResponse(parts=[Text(_words(size, f"bad{i}"))], timestamp=T0),
+            ModelRequest(parts=[feedback]),
+        ]
+    return history
+
+
+def _window(**window: object) -> dict[str, object]:
+    return _off(window={"enabled": True, **window})
+
+
+def test_the_window_cuts_inside_one_long_turn() -> None:
+    history = _one_prompt(30)
+    governed = govern(history, _tight(3000, **_window()), model=MODEL)
+    assert governed.fits
+    out = governed.messages
+    # The request and the newest group stay; the oldest groups go first.
+    assert out[0] is history[0]
+    assert out[-2:] == history[-2:]
+    assert history[1] not in out
+    assert pairing_problems(out) == []
+    notice = out[1]
+    assert isinstance(notice, ModelRequest)
+    assert "older messages omitted" in str(notice.parts[0].content)
+    dropped = [m.index for m in governed.report.messages if m.index is not None and not m.kept]
+    assert dropped == list(range(1, 1 + len(dropped)))
+    assert len(dropped) % 2 == 0
+    assert "window" in [s.step for s in governed.report.steps]
+
+
+def test_message_triggers_act_inside_one_turn() -> None:
+    history = _one_prompt(30, size=20)
+    policy = _tight(
+        1_000_000,
+        **_window(
+            triggers=[{"kind": "messages", "value": 40}], keep={"kind": "messages", "value": 10}
+        ),
+    )
+    governed = govern(history, policy, model=MODEL)
+    kept = [m for m in governed.report.messages if m.index is not None and m.kept]
+    # The request, plus ten movable messages (five whole groups).
+    assert [m.index for m in kept] == [0, *range(51, 61)]
+    again = govern(governed.messages, policy, model=MODEL)
+    assert again.messages == governed.messages
+
+
+def test_compact_summarises_the_older_groups_of_one_turn() -> None:
+    history = _one_prompt(30)
+    compacted = asyncio.run(
+        compact(history, _tight(20_000), summarizer=scripted_summarizer(), model=MODEL)
+    )
+    assert compacted.report.outcome == "summarized"
+    out = compacted.messages
+    assert out[0] is history[0]
+    assert is_summary(out[1])
+    assert out[-2:] == history[-2:]
+    assert pairing_problems(out) == []
+    assert compacted.report.summarized_indices[0] == 1
+    # The compacted history still begins its turn at the user's request, not at the summary.
+    governed = govern(out, _tight(20_000, **_window()), model=MODEL)
+    request = next(m for m in governed.report.messages if m.index == 0)
+    assert request.kept
+    assert request.parts[-1].action == "kept"
+
+
+def test_retry_loops_are_dropped_by_the_window() -> None:
+    history = _retries(12)
+    governed = govern(history, _tight(2500, **_window()), model=MODEL)
+    assert governed.fits
+    assert governed.messages[0] is history[0]
+    assert governed.messages[-2:] == history[-2:]
+    assert history[1] not in governed.messages
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_retry_exchanges_are_droppable_groups(legacy: bool) -> None:
+    history = _retries(12, legacy=legacy)
+    governed = govern(history, _tight(2500, **_off(drop_groups=True)), model=MODEL)
+    assert governed.fits
+    assert governed.messages[0] is history[0]
+    assert governed.messages[-2:] == history[-2:]
+    step = next(s for s in governed.report.steps if s.step == "drop_groups")
+    assert step.tokens_removed > 0
+
+
+def test_a_token_keep_counts_the_current_turn_as_a_message_keep_does() -> None:
+    # Two turns; the current one alone holds 20 movable messages of about 40 tokens.
+    history: list[ModelMessage] = [_user("start"), _text("ok")]
+    for turn in range(5):
+        history += [_user(f"old {turn}"), _text(_words(40, f"old{turn}"))]
+    history.append(_user("migrate the billing tables"))
+    for i in range(10):
+        history += [_call("run", id=f"c{i}"), _ret("run", _words(30, f"x{i}"), id=f"c{i}")]
+    by_messages = govern(
+        history,
+        _tight(
+            1_000_000,
+            **_window(
+                triggers=[{"kind": "messages", "value": 25}],
+                keep={"kind": "messages", "value": 8},
+            ),
+        ),
+        model=MODEL,
+    )
+    tokens_of_eight = sum(
+        m.tokens_after
+        for m in by_messages.report.messages
+        if m.kept and m.index is not None and m.index > 12
+    )
+    by_tokens = govern(
+        history,
+        _tight(
+            1_000_000,
+            **_window(
+                triggers=[{"kind": "messages", "value": 25}],
+                keep={"kind": "tokens", "value": tokens_of_eight},
+            ),
+        ),
+        model=MODEL,
+    )
+    # Both keeps measure the same movable tail: the older turns go, and as many of the
+    # current turn's groups stay either way.
+    assert [m.index for m in by_tokens.report.messages if m.kept] == [
+        m.index for m in by_messages.report.messages if m.kept
+    ]
+    assert all(not m.kept for m in by_tokens.report.messages if 2 <= (m.index or 0) < 12)
+
+
+def test_a_token_trigger_counts_what_a_message_trigger_counts() -> None:
+    # A large pinned message and head; the movable messages are few and small.
+    history: list[ModelMessage] = [_user(_words(2000, "head")), _text("ok")]
+    history += [_user(_words(2000, "pinned")), _text("noted")]
+    for turn in range(4):
+        history += [_user(f"q{turn}"), _text(f"a{turn}")]
+    policy = _tight(
+        1_000_000,
+        **_window(
+            triggers=[{"kind": "tokens", "value": 1000}], keep={"kind": "tokens", "value": 50}
+        ),
+    )
+    governed = govern(history, policy, model=MODEL, pinned={2})
+    # Neither the head nor the pin is the window's to drop, so they do not fire it.
+    assert governed.messages == history
+    assert "window" not in [s.step for s in governed.report.steps]

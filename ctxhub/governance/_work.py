@@ -21,6 +21,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     RetryPromptPart,
     TextPart,
+    ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
@@ -30,7 +31,7 @@ from .counting import MessageFacts, Part, cached_part_tokens, message_cache, par
 from .policy import Policy, Truncation
 from .report import Action, StepName
 from .steps.evict import eviction_ref, preview
-from .steps.truncate import truncate_text
+from .steps.truncate import truncate_args, truncate_text
 from .tokens import MESSAGE_OVERHEAD, Tokenizer, as_text
 
 
@@ -76,6 +77,17 @@ def plain_output(part: Part) -> ToolReturnPart[Any] | None:
     """
     if type(part) is ToolReturnPart:
         return cast(ToolReturnPart[Any], part)
+    return None
+
+
+def plain_call(part: Part) -> ToolCallPart | None:
+    """``part`` if it is an ordinary tool call whose arguments governance may cut, else None.
+
+    Framework calls (tool search, capability loading) are typed subclasses whose arguments have
+    a fixed shape, and provider-native calls are another class; they are left as they are.
+    """
+    if type(part) is ToolCallPart:
+        return part
     return None
 
 
@@ -487,6 +499,18 @@ class Work:
             if not (evict or truncate) or marked(output) or self.exempt(position):
                 return None
             return self._cached(output, tokens, evict, truncation if truncate else None)
+        call = plain_call(part)
+        if call is not None:
+            # Large arguments (a file written in full) are cut like outputs, by the same limit.
+            truncation = policy.tool_output
+            if (
+                not truncation.limit
+                or not self._in_scope(position, truncation.scope)
+                or truncation.limit >= _measure(tokens, truncation, call)
+                or self.exempt(position)
+            ):
+                return None
+            return self._cached(call, tokens, False, truncation)
         if isinstance(part, UserPromptPart | TextPart) and isinstance(part.content, str):
             truncation = policy.text
             if (
@@ -522,8 +546,25 @@ class Work:
         self, part: Part, tokens: int, eviction: Any, truncation: Truncation | None
     ) -> Transform | None:
         output = plain_output(part)
+        call = plain_call(part)
         new: Part
-        if output is not None:
+        if call is not None:
+            assert truncation is not None
+            assert truncation.limit is not None
+            # The arguments' token ids (if kept) are of their whole JSON: of no use to cut it.
+            self.token_ids.pop(id(part), None)
+            args = truncate_args(
+                call.args,
+                truncation.limit,
+                unit=truncation.unit,
+                strategy=truncation.strategy,
+                tokenizer=self.tokenizer,
+                line_count=truncation.line_count,
+            )
+            if args is None:
+                return None
+            new = replace(call, args=args)
+        elif output is not None:
             text = tool_output_text(output)
             if text is None:
                 return None
@@ -648,9 +689,13 @@ def rebuilt(message: ModelMessage, parts: list[Part]) -> ModelMessage:
 
 
 def _measure(tokens: int, truncation: Truncation, part: Part) -> int:
-    """The size of a part in the truncation's unit (characters measured on the text)."""
+    """The size of a part in the truncation's unit (characters measured on the text, on a
+    call's arguments as JSON)."""
     if truncation.unit == "tokens":
         return tokens
+    call = plain_call(part)
+    if call is not None:
+        return len(call.args_as_json_str())
     output = plain_output(part)
     if output is not None:
         text = tool_output_text(output)

@@ -209,6 +209,8 @@ class Policy(_Model):
     )
     dangling_call_text: str = "Interrupted by user."
     tool_output: Truncation = Truncation()
+    """Truncation of tool outputs, and of tool-call arguments (long string values cut, the
+    JSON kept valid), by the same limit."""
     text: Truncation = Truncation(limit=20_000, strategy="both")
     eviction: Eviction = Eviction()
     masking: Masking = Masking()

@@ -10,6 +10,14 @@ The request's real instructions and tool definitions (the agent's own, this capa
 included) are counted into the budget. Evicted outputs go to an ``EvictionStore`` (in memory
 unless another is given) and the agent gets a tool to read them back by reference.
 
+With a ``summarizer`` (a cheaper model, or ``offline:extractive``), the run's older history is
+also summarised inside the run, before the request that would reach ``summarize_at`` of the
+history budget — as co-cli's window processor and pydantic-deep's context manager do. It is
+``compact`` itself, with its invariants: the head, the current turn's request and the newest
+exchange stay verbatim, user messages are kept, the fact ledger keeps what the summary forgot,
+and a failing summariser leaves its marker so the run goes on. The summary stands for those
+messages for the rest of the run; the run's own history is still never changed.
+
 A request the provider still refuses for its length (the budget is an estimate for models
 whose tokenizer is not shipped, and windows are sometimes smaller than advertised) is retried
 with a smaller history by ``OverflowRecovery``, at most three times, so the agent recovers by
@@ -23,18 +31,31 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
+from .compact import Compacted, compact
 from .govern import Governed, govern
-from .policy import Policy
+from .policy import Policy, Threshold
 from .recovery import OverflowRecovery
 from .store import EvictionStore, InMemoryEvictionStore, read_evicted
 
 if TYPE_CHECKING:
-    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.capabilities.abstract import WrapRunHandler
+    from pydantic_ai.models import Model, ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
     from pydantic_ai.toolsets import AbstractToolset
+
+
+@dataclass
+class _RunSummary:
+    """The run's history as last compacted: ``messages`` stand for its first ``covered``."""
+
+    covered: int
+    last: ModelMessage
+    """The run's message at ``covered - 1``, to know the run's history still begins so."""
+    messages: list[ModelMessage]
 
 
 @dataclass
@@ -51,10 +72,24 @@ class ContextGovernor(AbstractCapability[Any]):
     """Retry a request refused as too long with a smaller history."""
     recovery: OverflowRecovery | None = None
     """The recovery used when ``recover`` is on; built from ``policy`` unless given."""
+    summarizer: Model | str | None = None
+    """Summarise the older history inside the run with this model; None never does."""
+    summarize_at: float = 0.9
+    """Share of the history budget the history may reach before it is summarised."""
+    summary_keep: Threshold | None = None
+    """How much recent history a summary leaves verbatim (default: as ``compact``)."""
+    on_compacted: Callable[[Compacted], None] | None = None
+    """Called with every in-run compaction (summarised, fallen back or refused)."""
     last: Governed | None = field(default=None, init=False, repr=False)
     """The latest governance result."""
+    _runs: dict[str | None, _RunSummary] = field(default_factory=dict, init=False, repr=False)
+    _refused: dict[str | None, int] = field(default_factory=dict, init=False, repr=False)
+    """History tokens at which the run's summariser last gave nothing usable: it is not asked
+    again before the history has grown by a quarter."""
 
     def __post_init__(self) -> None:
+        if not 0 < self.summarize_at <= 1:
+            raise ValueError("summarize_at must be in (0, 1]")
         if self.recover and self.recovery is None:
             self.recovery = OverflowRecovery(
                 policy=self.policy, tokenizer_model=self.tokenizer_model
@@ -87,10 +122,24 @@ class ContextGovernor(AbstractCapability[Any]):
         )
         return toolset
 
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """Forget the run's summary (and what recovery learned) when the run ends, however
+        it ends."""
+        try:
+            if self.recovery is not None:
+                return await self.recovery.wrap_run(ctx, handler=handler)
+            return await handler()
+        finally:
+            self._runs.pop(ctx.run_id, None)
+            self._refused.pop(ctx.run_id, None)
+
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Replace this request's messages by their governed version."""
+        """Replace this request's messages by their governed version (summarised first when
+        a summariser is set and the history has reached its threshold)."""
         model = request_context.model
         parameters = request_context.model_request_parameters
         instruction_parts = parameters.instruction_parts
@@ -99,14 +148,30 @@ class ContextGovernor(AbstractCapability[Any]):
             if instruction_parts is not None
             else None
         )
-        governed = govern(
-            request_context.messages,
-            self.policy,
-            model=self.tokenizer_model or model.model_name,
-            tool_definitions=[*parameters.function_tools, *parameters.output_tools],
-            instructions=instructions,
-            context_window_tokens=model.context_window,
-        )
+        name = self.tokenizer_model or model.model_name
+        tools = [*parameters.function_tools, *parameters.output_tools]
+
+        def governed_from(history: list[ModelMessage]) -> Governed:
+            return govern(
+                history,
+                self.policy,
+                model=name,
+                tool_definitions=tools,
+                instructions=instructions,
+                context_window_tokens=model.context_window,
+            )
+
+        messages = request_context.messages
+        history = self._summarised(ctx, messages)
+        governed = governed_from(history)
+        if self.summarizer is not None and self._due(ctx, governed):
+            compacted = await self._compact(history, name, governed.window_tokens)
+            if compacted.report.outcome in ("summarized", "fallback"):
+                summary = _RunSummary(len(messages), messages[-1], compacted.messages)
+                self._runs[ctx.run_id] = summary
+                governed = governed_from(compacted.messages)
+            else:
+                self._refused[ctx.run_id] = self._history_tokens(governed)
         for ref, text in governed.evicted.items():
             self.store.put(ref, text)
         request_context.messages = governed.messages
@@ -117,6 +182,43 @@ class ContextGovernor(AbstractCapability[Any]):
             # On a retry after an overflow, the governed request is shrunk further.
             request_context = await self.recovery.prepare_model_request(ctx, request_context)
         return request_context
+
+    def _summarised(self, ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
+        """The run's history with its summary standing for what it covers, if it has one."""
+        summary = self._runs.get(ctx.run_id)
+        if summary is None:
+            return messages
+        covered = summary.covered
+        if covered > len(messages) or messages[covered - 1] is not summary.last:
+            # The history was rewritten under the run: the summary no longer describes it.
+            del self._runs[ctx.run_id]
+            return messages
+        return [*summary.messages, *messages[covered:]]
+
+    @staticmethod
+    def _history_tokens(governed: Governed) -> int:
+        return governed.tokens_before - governed.system_tokens
+
+    def _due(self, ctx: RunContext[Any], governed: Governed) -> bool:
+        """Whether the history has reached the share of its budget that calls for a summary."""
+        history = self._history_tokens(governed)
+        if history <= self.summarize_at * governed.budget_tokens:
+            return False
+        refused = self._refused.get(ctx.run_id)
+        return refused is None or history > refused * 1.25
+
+    async def _compact(self, history: list[ModelMessage], model: str, window: int) -> Compacted:
+        """``history`` compacted by the summariser, within the window the request has."""
+        assert self.summarizer is not None
+        policy = self.policy
+        if policy.context_window is None:
+            policy = policy.model_copy(update={"context_window": window})
+        compacted = await compact(
+            history, policy, summarizer=self.summarizer, model=model, keep=self.summary_keep
+        )
+        if self.on_compacted is not None:
+            self.on_compacted(compacted)
+        return compacted
 
     async def after_model_request(
         self,

@@ -77,6 +77,9 @@ class Governed:
         self.budget_tokens: int = summary["budget_tokens"]
         self.tokens_before: int = summary["tokens_before"]
         self.tokens_after: int = summary["tokens_after"]
+        self.system_tokens: int = summary["system_tokens"]
+        """Tokens of the system prompt parts and instructions sent (never governed away)."""
+        self.window_tokens: int = summary["window_tokens"]
         self._work = work
         self._summary = summary
         self._normalized = normalized

@@ -118,7 +118,7 @@ def test_retry_loops_are_dropped_by_the_window() -> None:
 
 
 @pytest.mark.parametrize("legacy", [False, True])
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
 def test_retry_exchanges_are_droppable_groups(legacy: bool) -> None:
     history = _retries(12, legacy=legacy)
     governed = govern(history, _tight(2500, **_off(drop_groups=True)), model=MODEL)

@@ -16,6 +16,11 @@ the latest user request stay. When the provider states the limit and the size ("
 context length is 8192 tokens … resulted in 9000 tokens", or any "507414 > 120000"), the
 first shrink aims just below the limit, still within the bounds.
 
+What a run learns is kept for the rest of it: once a shrunk request went through, the later
+requests of the run are sent within the size that worked, so one overflow does not cost a
+failed request at every later step (the history only grows). A run's state is dropped when it
+ends.
+
 Only the request on the wire changes; the run's history keeps every message.
 """
 
@@ -38,7 +43,9 @@ from .policy import Policy
 from .tokens import tokenizer_for
 
 if TYPE_CHECKING:
+    from pydantic_ai.capabilities.abstract import WrapRunHandler
     from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
 
 DEFAULT_MAX_RETRIES = 3
 
@@ -205,6 +212,8 @@ class OverflowRecovery(AbstractCapability[Any]):
     _targets: dict[tuple[str | None, int], list[int]] = field(
         default_factory=dict, init=False, repr=False
     )
+    _learned: dict[str | None, int] = field(default_factory=dict, init=False, repr=False)
+    """Per run: the history size (tokens) a shrunk request went through at."""
 
     def __post_init__(self) -> None:
         if not 0 < self.min_shrink <= self.max_shrink < 1:
@@ -234,19 +243,31 @@ class OverflowRecovery(AbstractCapability[Any]):
         wanted *= float(2**retry)
         return min(self.max_shrink, max(self.min_shrink, wanted))
 
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """Forget what the run learned when it ends, however it ends."""
+        try:
+            return await handler()
+        finally:
+            self._learned.pop(ctx.run_id, None)
+            for key in [k for k in self._targets if k[0] == ctx.run_id]:
+                del self._targets[key]
+
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """On a retry, send the history shrunk to the target the last overflow set."""
+        """On a retry, send the history shrunk to the target the last overflow set; after a
+        retry went through, send every later request of the run within the size that worked."""
         targets = self._targets.get(self._key(ctx))
-        if targets:
-            shrunk = shrink_history(
-                request_context.messages,
-                targets[-1],
-                policy=self.policy,
-                model=self._model(request_context),
-            )
-            request_context.messages = shrunk.messages
+        target = targets[-1] if targets else self._learned.get(ctx.run_id)
+        if target is not None:
+            model = self._model(request_context)
+            if targets or _history_tokens(request_context.messages, model) > target:
+                shrunk = shrink_history(
+                    request_context.messages, target, policy=self.policy, model=model
+                )
+                request_context.messages = shrunk.messages
         return request_context
 
     async def after_model_request(
@@ -256,8 +277,13 @@ class OverflowRecovery(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         response: ModelResponse,
     ) -> ModelResponse:
-        """The request went through: forget its retries."""
-        self._targets.pop(self._key(ctx), None)
+        """The request went through: forget its retries, and remember the size that worked."""
+        targets = self._targets.pop(self._key(ctx), None)
+        if targets:
+            learned = self._learned.get(ctx.run_id)
+            self._learned[ctx.run_id] = (
+                targets[-1] if learned is None else min(learned, targets[-1])
+            )
         return response
 
     async def on_model_request_error(

@@ -10,7 +10,14 @@ import openai
 import pytest
 from engine_builders import _call, _ret, _text, _user, _words
 from pydantic_ai import Agent, ModelContextWindowExceededError
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -209,3 +216,45 @@ async def test_the_retries_escalate_to_the_least_the_policy_allows() -> None:
     assert seen == sorted(seen, reverse=True)
     shares = [1 - e.target_tokens / e.tokens_before for e in recovery.events]
     assert shares == sorted(shares)  # each retry removes a larger share
+
+
+@pytest.mark.parametrize("separate", [False, True])
+async def test_a_run_remembers_the_size_that_went_through(separate: bool) -> None:
+    """After one recovery, the later requests of the run are sent within the size that worked:
+    no failed request at every later step. The run's state is gone when it ends."""
+    refused: list[int] = []
+    sent: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) > 30:
+            refused.append(len(messages))
+            raise ModelContextWindowExceededError(model_name="fn", message="prompt is too long")
+        sent.append(len(messages))
+        if len(sent) <= 8:
+            call = ToolCallPart(
+                "read_file", {"path": f"g{len(sent)}.py"}, tool_call_id=f"g{len(sent)}"
+            )
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart("done")])
+
+    recovery = OverflowRecovery()
+    capabilities: list[AbstractCapability[None]] = (
+        [ContextGovernor(Policy(), recover=False), recovery]
+        if separate
+        else [ContextGovernor(Policy(), recovery=recovery)]
+    )
+    agent = Agent(FunctionModel(model), capabilities=capabilities)
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return _words(300, path)
+
+    result = await agent.run("and now check eight more", message_history=_long_history())
+    assert result.output == "done"
+    assert len(sent) == 9
+    # Only the first request needed retries; every later one was sent small enough at once.
+    assert 1 <= len(refused) <= 3
+    assert len(recovery.events) == len(refused)
+    assert not recovery._learned
+    assert not recovery._targets

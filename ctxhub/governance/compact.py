@@ -59,7 +59,7 @@ from ._work import MARK
 from .counting import count_tokens, message_facts
 from .govern import govern
 from .ledger import LedgerItem, extract_ledger, is_summary_text, reconcile
-from .policy import Policy, Threshold
+from .policy import MIN_TRUNCATION_TOKENS, Policy, Threshold
 from .steps.truncate import truncate_text
 from .steps.window import notice_omitted
 from .tokens import Tokenizer, context_window, part_text, tokenizer_for
@@ -515,7 +515,12 @@ def _user_parts(message: ModelMessage) -> list[UserPromptPart]:
 def _select_users(
     middle: list[tuple[int, ModelMessage]], cap: int, tokenizer: Tokenizer
 ) -> list[tuple[int, ModelRequest]]:
-    """The middle's user messages to keep verbatim: newest first while under ``cap`` tokens."""
+    """The middle's user messages to keep verbatim: newest first while under ``cap`` tokens.
+
+    The first one that does not fit whole is kept cut to the room left, with a marker (as
+    Codex does), and the older ones stop there: the newest words a user typed are never lost
+    to an older, smaller message.
+    """
     chosen: list[tuple[int, ModelRequest]] = []
     used = 0
     for index, message in reversed(middle):
@@ -529,11 +534,41 @@ def _select_users(
         )
         tokens = message_facts(copy, tokenizer).tokens
         if used + tokens > cap:
-            continue
+            cut = _cut_to(copy, tokens, cap - used, tokenizer)
+            if cut is not None:
+                chosen.append((index, cut))
+            break
         used += tokens
         chosen.append((index, copy))
     chosen.reverse()
     return chosen
+
+
+def _cut_to(
+    message: ModelRequest, tokens: int, room: int, tokenizer: Tokenizer
+) -> ModelRequest | None:
+    """``message`` with its longest text cut so the whole takes at most ``room`` tokens; None
+    when no room is worth it (a marker alone takes most of a few dozen tokens)."""
+    texts = [
+        (n, p)
+        for n, p in enumerate(message.parts)
+        if isinstance(p, UserPromptPart) and isinstance(p.content, str)
+    ]
+    if not texts or room < MIN_TRUNCATION_TOKENS:
+        return None
+    number, longest = max(texts, key=lambda item: len(item[1].content))
+    assert isinstance(longest.content, str)
+    limit = room - (tokens - tokenizer.count(longest.content))
+    if limit < MIN_TRUNCATION_TOKENS:
+        return None
+    text = truncate_text(
+        longest.content, limit, unit="tokens", strategy="both", tokenizer=tokenizer
+    )
+    if text is None:
+        return None
+    parts = list(message.parts)
+    parts[number] = replace(longest, content=text)
+    return replace(message, parts=parts, metadata=None)
 
 
 def _stamp(messages: Sequence[ModelMessage]) -> Any:

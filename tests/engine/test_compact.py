@@ -241,3 +241,26 @@ def test_engine_invariants_hold_on_compacted_output(
     assert_history_invariants(history, out, pins)
     assert summary_count(out) <= 1
     assert compacted.report.tokens_after == count_tokens(out, model=MODEL)
+
+
+async def test_the_newest_user_message_is_kept_cut_rather_than_an_older_one() -> None:
+    older = _user("keep the retry at 3 for the billing worker")
+    newest = _user("here is the full stack trace:\n" + _words(3000, "frame"))
+    history = [_user("start", system="be brief"), _text("ok"), older, _text("noted")]
+    history += [newest, _text("looking"), _user("go on"), _text("done")]
+    compacted = await compact(
+        history,
+        summarizer=EXTRACTIVE,
+        model=MODEL,
+        keep=Threshold(kind="messages", value=2),
+        user_messages_tokens=500,
+    )
+    assert compacted.report.kept_user_indices == [4]
+    kept = next(
+        m for m in compacted.messages if isinstance(m, ModelRequest) and "stack trace" in str(m)
+    )
+    text = kept.parts[0].content
+    assert isinstance(text, str)
+    assert text.startswith("here is the full stack trace:")
+    assert "truncated" in text
+    assert count_tokens([kept], model=MODEL) <= 500

@@ -1,0 +1,139 @@
+"""End to end: facts a user typed in passing and paths the agent acted on survive a compaction
+whose summary forgets them."""
+
+from __future__ import annotations
+
+import re
+
+from engine_builders import MODEL, _call, _ret, _text, _user, _words
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from ctxhub.governance import Threshold
+from ctxhub.governance.compact import SummaryDraft, compact, is_summary, transcript_text
+
+TYPED = (
+    "db-west-3",
+    "api-eu-1",
+    "OPS-1234",
+    "JIRA-77",
+    "v2.3.1",
+    "1.4.0-rc2",
+    "python 3.12",
+    "staging",
+    "production",
+    "env=prod",
+    "Makefile",
+    "Config/settings.yaml",
+)
+ACTED_ON = (
+    "Dockerfile",
+    "Docs/Setup.md",
+    "src/App.tsx",
+    "Vagrantfile",
+    "Config/Base.yaml",
+    "Containerfile",
+    "Jenkinsfile",
+    "Procfile",
+)
+
+
+def _history() -> list[ModelMessage]:
+    return [
+        _user("Prepare the release.", system="You are careful."),
+        _text("Ready."),
+        _user(
+            "While you are at it: the outage was on db-west-3 and api-eu-1, tracked in OPS-1234 "
+            "and JIRA-77. We run v2.3.1 and the candidate is 1.4.0-rc2 on python 3.12; deploy "
+            "to staging first, then production, with env=prod. Makefile is broken. "
+            "Config/settings.yaml is wrong too."
+        ),
+        _call("read_file", id="c1", path="Dockerfile"),
+        _ret("read_file", _words(400, "layer"), id="c1"),
+        _call("edit_file", id="c2", file_path="Docs/Setup.md", old_string="old", new_string="new"),
+        _ret("edit_file", _words(400, "edited"), id="c2"),
+        _call("read_many", id="c3", files=["src/App.tsx", "Vagrantfile"]),
+        _ret("read_many", _words(400, "component"), id="c3"),
+        _call("multi_edit", id="c4", edits=[{"path": "Config/Base.yaml", "new_string": "x"}]),
+        _ret("multi_edit", _words(400, "edit"), id="c4"),
+        _call("move", id="c5", old_path="Containerfile", new_path="build/Containerfile.prod"),
+        _ret("move", _words(400, "moved"), id="c5"),
+        _call("bash", id="c6", command="cat Jenkinsfile Procfile"),
+        _ret("bash", _words(400, "stage"), id="c6"),
+        _text("I read them all."),
+        _user("Now summarise what is left."),
+        _text("Nothing much."),
+        _user("Then tidy up."),
+        _text("Tidied."),
+    ]
+
+
+def _text_of(messages: list[ModelMessage]) -> str:
+    texts: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                texts.append(str(part.content))
+            elif isinstance(part, TextPart):
+                texts.append(part.content)
+            elif isinstance(part, ToolCallPart):
+                texts.append(part.args_as_json_str())
+            elif isinstance(part, ToolReturnPart):
+                texts.append(part.model_response_str())
+    return "\n".join(texts)
+
+
+def _stated(fact: str, text: str) -> bool:
+    """Whether ``text`` states ``fact`` as itself, not inside a longer token or path."""
+    return re.search(rf"(?<![\w/.-]){re.escape(fact)}(?![\w/-]|\.\w)", text) is not None
+
+
+async def test_typed_facts_and_acted_on_paths_survive_a_forgetful_summary() -> None:
+    seen: list[str] = []
+
+    def forget(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(transcript_text(messages))
+        draft = SummaryDraft(
+            goal="Prepare the release.",
+            decisions=["Look at the configuration and the build files."],
+            current_state="The files were read.",
+        )
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, draft.model_dump())])
+
+    history = _history()
+    compacted = await compact(
+        history,
+        summarizer=FunctionModel(forget, model_name="function:forgetful"),
+        model=MODEL,
+        keep=Threshold(kind="messages", value=4),
+        user_messages_tokens=0,
+    )
+    report = compacted.report
+    assert report.outcome == "summarized", report.error
+    assert compacted.summary is not None
+    # The messages stating the facts were summarised, not kept ...
+    stating = (2, 3, 5, 7, 9, 11, 13)
+    assert set(stating) <= set(report.summarized_indices)
+    assert all(history[i] not in compacted.messages for i in stating)
+    assert report.kept_user_indices == []
+    # ... the summariser saw them and forgot every one ...
+    assert seen
+    assert all(_stated(fact, "\n".join(seen)) for fact in (*TYPED, *ACTED_ON))
+    draft_only = compacted.summary.split("## Facts kept verbatim")[0]
+    assert [fact for fact in (*TYPED, *ACTED_ON) if _stated(fact, draft_only)] == []
+    # ... and the compacted history states each of them, verbatim, in its summary.
+    summaries = [m for m in compacted.messages if is_summary(m)]
+    assert len(summaries) == 1
+    whole = _text_of(compacted.messages)
+    summary = _text_of(summaries)
+    for fact in (*TYPED, *ACTED_ON):
+        assert _stated(fact, whole), fact
+        assert _stated(fact, summary), fact
+    assert report.ledger_omitted == 0

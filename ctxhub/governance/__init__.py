@@ -53,13 +53,13 @@ from .compact import (
     Compacted,
     CompactionPlan,
     CompactionReport,
-    SummaryDraft,
     compact,
     is_summary,
     plan_compaction,
 )
+from .draft import SummaryDraft
 from .ledger import Ledger, LedgerItem, extract_ledger, reconcile
-from .models import ModelChoice, is_offline, resolve_model
+from .llm import ModelChoice, is_offline, resolve_model
 from .recovery import OverflowRecovery, RecoveryEvent, is_context_overflow
 
 __all__ += [

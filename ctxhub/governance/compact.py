@@ -10,9 +10,9 @@ keep them, cut only at safe points; what the window would drop is what gets summ
 * The summariser is a pydantic-ai ``Agent`` with no tools. The conversation reaches it as a
   transcript between tags in the user message, with instructions (sent as instructions, not in
   the transcript) to treat it as data; closing tags inside the data are defused. Its answer is
-  poured into a fixed structure (goal, decisions, files and identifiers, errors and fixes,
-  pending tasks, current state) whatever shape it came in, so no instruction smuggled into a
-  tool output can change what a summary looks like.
+  poured into a fixed structure (``draft.py``: goal, decisions, files and identifiers, errors
+  and fixes, pending tasks, current state) whatever shape it came in, so no instruction
+  smuggled into a tool output can change what a summary looks like.
 * The transcript is cut into chunks that fit the summariser's own window; several chunks are
   summarised one by one and their summaries summarised again, so a session at 99 % of its
   window compacts with a summariser whose window is no larger.
@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -57,8 +57,10 @@ from pydantic_ai.models import Model
 
 from ._work import MARK
 from .counting import count_tokens, message_facts
+from .draft import SummaryDraft, parse_draft, render_draft
 from .govern import govern
 from .ledger import LedgerItem, extract_ledger, is_summary_text, reconcile
+from .llm import resolve_model
 from .policy import MIN_TRUNCATION_TOKENS, Policy, Threshold
 from .steps.truncate import truncate_text
 from .steps.window import notice_omitted
@@ -81,15 +83,6 @@ MAX_ROUNDS = 6
 ChunkCallback = Callable[[int, int, int], None]
 """Told (round, chunks done, chunks in the round) as the summariser works."""
 
-SECTIONS: tuple[tuple[str, str], ...] = (
-    ("goal", "Goal"),
-    ("decisions", "Decisions"),
-    ("files_and_identifiers", "Files and identifiers"),
-    ("errors_and_fixes", "Errors and fixes"),
-    ("pending_tasks", "Pending tasks"),
-    ("current_state", "Current state"),
-)
-
 INSTRUCTIONS = """\
 You write a checkpoint summary of part of a conversation between a user and an AI agent, so \
 that the agent can continue the work without the original messages.
@@ -110,17 +103,6 @@ copied verbatim.
 
 If the transcript starts with an earlier summary, merge it into yours: keep what is still true, \
 update what changed, and write one summary covering both."""
-
-
-class SummaryDraft(BaseModel):
-    """The structure every summary takes, whatever the summariser answered."""
-
-    goal: str = Field(description="What the user is trying to achieve.")
-    decisions: list[str] = Field(default_factory=list)
-    files_and_identifiers: list[str] = Field(default_factory=list)
-    errors_and_fixes: list[str] = Field(default_factory=list)
-    pending_tasks: list[str] = Field(default_factory=list)
-    current_state: str = Field(description="Where the work stands now.")
 
 
 Outcome = Literal["summarized", "fallback", "refused", "nothing_to_compact"]
@@ -328,70 +310,11 @@ def chunk_items(items: Sequence[str], budget: int, tokenizer: Tokenizer) -> list
     return chunks
 
 
-# --- the summary's fixed structure ------------------------------------------------------------
-
-
-def render_draft(draft: SummaryDraft) -> str:
-    """The summary text: every section, always in the same order."""
-    blocks: list[str] = []
-    for field, title in SECTIONS:
-        value: Any = getattr(draft, field)
-        if isinstance(value, list):
-            items = [" ".join(str(v).split()) for v in value if str(v).strip()]
-            body = "\n".join(f"- {v}" for v in items) if items else "- none recorded"
-        else:
-            body = str(value).strip() or "not recorded"
-        blocks.append(f"## {title}\n{body}")
-    return "\n\n".join(blocks)
-
-
-_HEADING = re.compile(r"^\s*#{1,6}\s*\**\s*(.+?)\s*\**\s*:?\s*$")
-
-
-def parse_draft(text: str) -> SummaryDraft:
-    """A free-text answer poured into the structure: known headings become fields, the rest
-    is the current state."""
-    titles = {title.lower(): field for field, title in SECTIONS}
-    sections: dict[str, list[str]] = {}
-    loose: list[str] = []
-    field: str | None = None
-    for line in text.splitlines():
-        match = _HEADING.match(line)
-        if match and match.group(1).lower() in titles:
-            field = titles[match.group(1).lower()]
-            sections.setdefault(field, [])
-            continue
-        (sections[field] if field is not None else loose).append(line)
-
-    def listed(name: str) -> list[str]:
-        lines = [ln.strip() for ln in sections.get(name, []) if ln.strip()]
-        return [ln[2:].strip() if ln.startswith(("- ", "* ")) else ln for ln in lines]
-
-    def prose(name: str) -> str:
-        return "\n".join(sections.get(name, [])).strip()
-
-    state = "\n".join([prose("current_state"), *loose]).strip()
-    return SummaryDraft(
-        goal=prose("goal"),
-        decisions=listed("decisions"),
-        files_and_identifiers=listed("files_and_identifiers"),
-        errors_and_fixes=listed("errors_and_fixes"),
-        pending_tasks=listed("pending_tasks"),
-        current_state=state,
-    )
-
-
 # --- running the summariser -------------------------------------------------------------------
 
 
 def _model_name(model: Model | str) -> str:
     return model if isinstance(model, str) else model.model_name
-
-
-def _resolve(model: Model | str) -> Model:
-    from .models import resolve_model
-
-    return resolve_model(model)
 
 
 def summarizer_input_budget(
@@ -425,7 +348,7 @@ async def summarize(
     on_chunk: ChunkCallback | None = None,
 ) -> _Summary:
     """Summarise transcript items, in chunks that fit the summariser, then the chunk summaries."""
-    model = _resolve(summarizer)
+    model = resolve_model(summarizer)
     tokenizer = tokenizer_for(model.model_name)
     budget = summarizer_input_budget(model, window=window, summary_tokens=summary_tokens)
     if budget < 256:

@@ -25,7 +25,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from ctxhub.governance import Policy
-from ctxhub.governance.models import resolve_model
+from ctxhub.governance.llm import resolve_model
 from ctxhub.governance.offline import OFFLINE_DEMO, demo_model, demo_toolset
 from ctxhub.governance.recovery import OverflowRecovery
 from sessions.models import AgentSession

@@ -31,7 +31,7 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
-from ctxhub.governance.models import UnknownOfflineModel
+from ctxhub.governance.llm import UnknownOfflineModel
 from sessions.chat import turns
 from sessions.chat.agent import chat_agent
 from sessions.chat.stream import TurnStream, render_turn, send

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from ctxhub.governance.models import OFFLINE_MODELS, OFFLINE_PREFIX
+from ctxhub.governance.llm import OFFLINE_MODELS, OFFLINE_PREFIX
 from sessions.access import changeable_session, visible_session
 from sessions.chat import commands, runner, turns
 from sessions.chat.stream import render_turn

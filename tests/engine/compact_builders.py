@@ -18,7 +18,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ctxhub.governance.compact import SummaryDraft
+from ctxhub.governance.draft import SummaryDraft
 
 _TOOLS = ("read_file", "grep", "bash", "manage_todo_list")
 

@@ -29,13 +29,12 @@ from test_properties import assert_history_invariants, histories
 from ctxhub.governance import Policy, Threshold, count_tokens
 from ctxhub.governance.compact import (
     MARKER,
-    SECTIONS,
-    SummaryDraft,
     compact,
     is_summary,
     render_message,
     summary_count,
 )
+from ctxhub.governance.draft import SECTIONS, SummaryDraft
 from ctxhub.governance.ledger import FACTS_HEADING, contains
 from ctxhub.governance.steps.normalize import pairing_problems
 

@@ -17,7 +17,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ctxhub.governance import Threshold
-from ctxhub.governance.compact import SummaryDraft, compact, is_summary, transcript_text
+from ctxhub.governance.compact import compact, is_summary, transcript_text
+from ctxhub.governance.draft import SummaryDraft
 
 TYPED = (
     "db-west-3",

@@ -10,7 +10,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
 from ctxhub.governance import ContextGovernor, Policy
-from ctxhub.governance.models import ModelChoice, UnknownOfflineModel, is_offline, resolve_model
+from ctxhub.governance.llm import ModelChoice, UnknownOfflineModel, is_offline, resolve_model
 from ctxhub.governance.offline import demo_toolset, extractive_draft
 from ctxhub.governance.offline.demo import REPOSITORY_ROOT, PathRefused, confine, read_file
 
@@ -107,6 +107,6 @@ async def test_the_demo_model_lists_directories_and_reads_files_it_is_asked_abou
     assert [(c.tool_name, c.args_as_dict()) for c in made] == calls
     returns = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
     if prompt.startswith("list"):
-        assert "models.py" in str(returns[0].content)
+        assert "llm.py" in str(returns[0].content)
     if "/etc/passwd" in prompt:
         assert str(returns[0].content).startswith("Refused:")

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 from pydantic_ai.models import Model, infer_model
 
+from .offline import OFFLINE_DEMO, OFFLINE_EXTRACTIVE, demo_model, extractive_model
+
 OFFLINE_PREFIX = "offline:"
-OFFLINE_MODELS = ("offline:demo", "offline:extractive")
-DEFAULT_CHAT_MODEL = "offline:demo"
-DEFAULT_SUMMARIZER = "offline:extractive"
+OFFLINE_MODELS = (OFFLINE_DEMO, OFFLINE_EXTRACTIVE)
+DEFAULT_CHAT_MODEL = OFFLINE_DEMO
+DEFAULT_SUMMARIZER = OFFLINE_EXTRACTIVE
 
 
 class UnknownOfflineModel(ValueError):
@@ -32,8 +34,6 @@ def resolve_model(model: Model | str) -> Model:
     if isinstance(model, Model):
         return model
     if model.startswith(OFFLINE_PREFIX):
-        from .offline import OFFLINE_DEMO, OFFLINE_EXTRACTIVE, demo_model, extractive_model
-
         if model == OFFLINE_DEMO:
             return demo_model()
         if model == OFFLINE_EXTRACTIVE:

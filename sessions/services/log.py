@@ -20,7 +20,12 @@ from ctxhub.governance.counting import message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import live
 from sessions.models import AgentSession, Message, MessageKind, MessageSource
-from sessions.payloads import content_hash, parse_payload, storable_payload
+from sessions.payloads import (
+    content_hash,
+    message_from_payload,
+    parse_payload,
+    storable_payload,
+)
 from sessions.services.errors import Conflict
 from sessions.services.governed import session_window
 
@@ -82,6 +87,9 @@ def append_messages(
     if not messages:
         return []
     payloads = [storable_payload(m) for m in messages]  # refused before anything is written
+    # Counted as stored: read back from its payload, each message is the one every later reader
+    # (the history, a recount) loads and counts (pydantic-ai loads a legacy part as its successor).
+    messages = [message_from_payload(payload) for payload in payloads]
     tokenizer = session_tokenizer(session)
     with transaction.atomic():
         # Updating the session row locks it until commit, so concurrent appends to one

@@ -677,6 +677,7 @@ async def compact(
         indices=[*stripped.summary_indices[: len(summaries_as_messages)], *(i for i, _ in middle)],
     )
     items = [render_message(m) for m in summaries_as_messages]
+    items += _request_worked_on(messages, middle, tokenizer)
     items += [text for _, m in middle if (text := render_message(m))]
 
     outcome: Outcome = "summarized"
@@ -774,6 +775,26 @@ async def compact(
             **details,
         ),
     )
+
+
+def _request_worked_on(
+    messages: Sequence[ModelMessage], middle: list[tuple[int, ModelMessage]], tokenizer: Tokenizer
+) -> list[str]:
+    """The user's current request, as the transcript's first item, when the summary covers
+    work done on it (a long run compacted inside its turn): the request itself stays verbatim
+    after the summary, but without it the summariser would not know what the work was for."""
+    latest = next(
+        (
+            index
+            for index in range(len(messages) - 1, -1, -1)
+            if message_facts(messages[index], tokenizer).user_prompt
+        ),
+        None,
+    )
+    if latest is None or not middle or middle[-1][0] < latest:
+        return []
+    text = render_message(messages[latest])
+    return [f"[the request this work is for, kept verbatim after the summary]\n{text}"]
 
 
 def transcript_text(messages: Sequence[ModelMessage]) -> str:

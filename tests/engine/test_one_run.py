@@ -15,11 +15,14 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     RetryInfo,
     RetryPromptPart,
+    ToolCallPart,
 )
 from pydantic_ai.messages import TextPart as Text
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ctxhub.governance import compact, govern
 from ctxhub.governance.compact import is_summary
+from ctxhub.governance.draft import SummaryDraft
 from ctxhub.governance.steps.normalize import pairing_problems
 
 
@@ -188,3 +191,27 @@ def test_a_token_trigger_counts_what_a_message_trigger_counts() -> None:
     # Neither the head nor the pin is the window's to drop, so they do not fire it.
     assert governed.messages == history
     assert "window" not in [s.step for s in governed.report.steps]
+
+
+def test_the_summary_of_one_turn_knows_the_request_it_serves() -> None:
+    seen: list[str] = []
+
+    def summarise(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(str(messages[-1].parts[-1].content))  # type: ignore[union-attr]
+        draft = SummaryDraft(goal="Migrate the billing tables.", current_state="Reading logs.")
+        tool = info.output_tools[0].name
+        return ModelResponse(parts=[ToolCallPart(tool, draft.model_dump(), tool_call_id="s")])
+
+    history = _one_prompt(30)
+    compacted = asyncio.run(
+        compact(history, _tight(20_000), summarizer=FunctionModel(summarise), model=MODEL)
+    )
+    assert compacted.report.outcome == "summarized"
+    assert seen
+    assert "migrate the billing tables" in seen[0]
+    # The extractive summariser takes its goal from it too.
+    offline = asyncio.run(
+        compact(history, _tight(20_000), summarizer="offline:extractive", model=MODEL)
+    )
+    assert offline.summary is not None
+    assert "## Goal\nmigrate the billing tables" in offline.summary

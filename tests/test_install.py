@@ -186,7 +186,7 @@ from ctxhub.governance import ContextGovernor, Policy, count_tokens, is_summary,
 from ctxhub.governance.offline import demo_toolset
 from ctxhub.governance.tokens import ENCODINGS_DIR, tokenizer_for
 
-agent = Agent(resolve_model("offline:demo"), toolsets=[demo_toolset(".")],
+agent = Agent(resolve_model("offline:demo"), toolsets=[demo_toolset()],
               capabilities=[ContextGovernor(Policy())])
 answer = await agent.run("read notes.txt")
 report = governed.report

@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 from ctxhub.governance import ContextGovernor, Policy
 from ctxhub.governance.llm import ModelChoice, UnknownOfflineModel, is_offline, resolve_model
 from ctxhub.governance.offline import demo_toolset, extractive_draft
-from ctxhub.governance.offline.demo import REPOSITORY_ROOT, PathRefused, confine, read_file
+from ctxhub.governance.offline.demo import PathRefused, confine, default_root, read_file
 
 
 def test_models_resolve_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,7 +65,7 @@ def test_demo_tools_refuse_to_leave_the_repository(tmp_path: Path) -> None:
     for bad in ("../outside.txt", "/etc/passwd", ".env", "link.txt", "sub/../../outside.txt"):
         assert read_file(root, bad).startswith("Refused:"), bad
     with pytest.raises(PathRefused):
-        confine(REPOSITORY_ROOT, "../..")
+        confine(default_root(), "../..")
 
 
 def test_the_extractive_summariser_is_deterministic() -> None:

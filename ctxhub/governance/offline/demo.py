@@ -37,7 +37,7 @@ from ..tokens import OFFLINE_WINDOWS
 
 OFFLINE_DEMO = "offline:demo"
 LABEL = "[offline demo model — no API key, no network]"
-REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 DEFAULT_WINDOW = OFFLINE_WINDOWS[OFFLINE_DEMO]
 # With a pace, a tool call takes this many times as long as a streamed word.
 TOOL_PACE_FACTOR = 10
@@ -111,11 +111,19 @@ def read_file(root: Path, path: str, offset: int = 0, limit: int = 400) -> str:
     return header + "\n" + "\n".join(selected)
 
 
+def default_root() -> Path:
+    """What the demo tools browse by default: ctxhub's repository when it runs from its
+    checkout; installed (in site-packages), the directory it is run from."""
+    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "ctxhub").is_dir():
+        return _CHECKOUT
+    return Path.cwd()
+
+
 def demo_toolset(root: Path | str | None = None, *, pace: float = 0.0) -> FunctionToolset[Any]:
-    """The demo tools, confined to ``root`` (the repository by default); with a ``pace``
+    """The demo tools, confined to ``root`` (``default_root()`` by default); with a ``pace``
     (seconds per streamed word of the model), each call takes ``TOOL_PACE_FACTOR`` times it,
     as a real tool takes its time."""
-    base = Path(root) if root is not None else REPOSITORY_ROOT
+    base = Path(root) if root is not None else default_root()
     delay = pace * TOOL_PACE_FACTOR
 
     async def list_files_tool(path: str = ".") -> str:

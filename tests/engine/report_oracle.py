@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provider_rules import provider_violations
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance import Governed
@@ -15,7 +16,13 @@ from ctxhub.governance.report import ContextReport, MessageReport, PartReport, S
 
 
 def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str, Any]:
-    """``governed.report.model_dump()`` as the straightforward algorithm builds it."""
+    """``governed.report.model_dump()`` as the straightforward algorithm builds it.
+
+    The governed history it reports on must be one a provider accepts, whatever governance
+    dropped after pair repair (window, iteration groups).
+    """
+    problems = provider_violations(governed.messages)
+    assert not problems, problems
     work: Work = governed._work
     normalized = governed._normalized
     tally: dict[StepName, list[int]] = {}
@@ -53,7 +60,7 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
         return "middle"
 
     def message_report(position: int, message: ModelMessage, input_index: int | None) -> Any:
-        kept = work.kept[position]
+        kept = bool(work.kept[position])
         states = work.states_of(position)
         drop = work.dropped_by.get(position)
         by_origin = {s.origin: s for s in states if s.origin is not None}

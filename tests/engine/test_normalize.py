@@ -1,27 +1,178 @@
-"""Pair integrity: dangling calls answered, orphans removed, aborted markers kept."""
+"""Pair integrity: every call answered in the very next request, every result right after its
+call, orphans and duplicates removed, late results brought back, aborted markers kept."""
 
 from __future__ import annotations
 
 import copy
+import warnings
+from typing import Any
 
-from engine_builders import MODEL, _call, _calls, _off, _ret, _rets, _text, _tight, _user
-from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
+import pytest
+from engine_builders import (
+    MODEL,
+    T0,
+    _call,
+    _calls,
+    _off,
+    _ret,
+    _rets,
+    _text,
+    _tight,
+    _user,
+    _words,
+)
+from provider_rules import assert_provider_valid, provider_violations, result_ids
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    RetryPromptPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 
 from ctxhub.governance import Policy, govern
-from ctxhub.governance.steps.normalize import pairing_problems
+from ctxhub.governance.counting import message_facts
+from ctxhub.governance.steps.normalize import Pairing, normalize, pairing_problems
+from ctxhub.governance.tokens import tokenizer_for
 
 BIG = 100_000
+
+# Histories may hold legacy retry prompts; copying one warns that the class is deprecated.
+pytestmark = pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
 
 
 def _plain() -> Policy:
     return _tight(BIG, **_off())
 
 
-def test_dangling_call_gets_a_synthetic_result_right_after_it() -> None:
-    history = [_user("go"), _call("read", id="c1"), _user("next")]
-    governed = govern(history, _plain(), model=MODEL)
+def _retry(name: str, text: str, *, id: str) -> ModelRequest:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        part = RetryPromptPart(text, tool_name=name, tool_call_id=id, timestamp=T0)
+    return ModelRequest(parts=[part])
+
+
+def _aborted() -> ModelRequest:
+    return ModelRequest(parts=[], state="interrupted")
+
+
+def _answers(message: ModelMessage) -> dict[str, Any]:
+    """Call id → content of each tool result of a request."""
+    return {
+        p.tool_call_id: p.content
+        for p in message.parts
+        if isinstance(p, ToolReturnPart | RetryPromptPart)
+    }
+
+
+def _governed(history: list[ModelMessage], policy: Policy | None = None) -> list[ModelMessage]:
+    """Govern, check the output is provider-valid and idempotent, and the input untouched."""
+    snapshot = copy.deepcopy(history)
+    policy = policy or _plain()
+    governed = govern(history, policy, model=MODEL)
+    assert history == snapshot
+    assert_provider_valid(governed.messages)
     assert pairing_problems(governed.messages) == []
-    answer = governed.messages[2]
+    again = govern(governed.messages, policy, model=MODEL)
+    assert again.messages == governed.messages
+    report = governed.report
+    assert [m.index for m in report.messages if m.index is not None] == list(range(len(history)))
+    assert sum(m.tokens_after for m in report.messages) == report.tokens_after
+    return governed.messages
+
+
+# --- the oracle itself ------------------------------------------------------------------------
+
+VALID: dict[str, list[ModelMessage]] = {
+    "no tools": [_user("go"), _text("ok"), _user("more")],
+    "one call": [_user("go"), _call("a", id="c1"), _ret("a", "r", id="c1"), _text("done")],
+    "parallel": [
+        _user("go"),
+        _calls(("a", "c1"), ("b", "c2")),
+        _rets(("b", 1, "c2"), ("a", 2, "c1")),
+    ],
+    "retry answers": [_user("go"), _call("a", id="c1"), _retry("a", "bad args", id="c1")],
+    "results then a prompt": [
+        _user("go"),
+        _call("a", id="c1"),
+        ModelRequest(parts=[*_ret("a", "r", id="c1").parts, *_user("and now").parts]),
+    ],
+}
+
+BROKEN: dict[str, list[ModelMessage]] = {
+    "late return": [_user("go"), _call("a", id="c1"), _user("next"), _ret("a", "late", id="c1")],
+    "late after a response": [
+        _user("go"),
+        _call("a", id="c1"),
+        _text("hm"),
+        _ret("a", "x", id="c1"),
+    ],
+    "return before its call": [_user("go"), _ret("a", "early", id="c1"), _call("a", id="c1")],
+    "duplicated return": [_user("go"), _call("a", id="c1"), _rets(("a", 1, "c1"), ("a", 2, "c1"))],
+    "duplicate a turn later": [
+        _user("go"),
+        _call("a", id="c1"),
+        _ret("a", "r", id="c1"),
+        _text("ok"),
+        _ret("a", "again", id="c1"),
+    ],
+    "unknown id": [_user("go"), _call("a", id="c1"), _rets(("a", 1, "c1"), ("z", 2, "zz"))],
+    "result opening the history": [_ret("a", "stale", id="c0"), _user("go")],
+    "dangling mid-history": [_user("go"), _call("a", id="c1"), _user("next"), _text("ok")],
+    "dangling at the end": [_user("go"), _calls(("a", "c1"), ("b", "c2"))],
+    "call followed by a response": [_user("go"), _call("a", id="c1"), _text("ok")],
+    "parallel across two requests": [
+        _user("go"),
+        _calls(("a", "c1"), ("b", "c2")),
+        _ret("a", "one", id="c1"),
+        _ret("b", "two", id="c2"),
+    ],
+    "interrupted turn": [
+        _user("go"),
+        _calls(("a", "c1"), ("b", "c2")),
+        _aborted(),
+        _user("<turn_aborted>stopped</turn_aborted>"),
+        _ret("b", "late", id="c2"),
+    ],
+    "retry a message late": [
+        _user("go"),
+        _call("a", id="c1"),
+        _user("x"),
+        _retry("a", "no", id="c1"),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_the_oracle_accepts_valid_histories(name: str) -> None:
+    assert provider_violations(VALID[name]) == []
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_the_oracle_rejects_broken_histories(name: str) -> None:
+    assert provider_violations(BROKEN[name]) != []
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_every_broken_history_is_repaired_and_stays_so(name: str) -> None:
+    _governed(BROKEN[name])
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_histories_pass_through_untouched(name: str) -> None:
+    history = VALID[name]
+    governed = govern(history, _plain(), model=MODEL)
+    assert all(a is b for a, b in zip(governed.messages, history, strict=True))
+    assert len(governed.messages) == len(history)
+
+
+# --- dangling calls -----------------------------------------------------------------------------
+
+
+def test_dangling_call_gets_a_synthetic_result_right_after_it() -> None:
+    history: list[ModelMessage] = [_user("go"), _call("read", id="c1"), _user("next")]
+    out = _governed(history)
+    answer = out[2]
     assert isinstance(answer, ModelRequest)
     result = answer.parts[0]
     assert isinstance(result, ToolReturnPart)
@@ -34,11 +185,18 @@ def test_dangling_call_gets_a_synthetic_result_right_after_it() -> None:
 
 
 def test_dangling_call_at_the_end_gets_a_new_request() -> None:
-    history = [_user("go"), _calls(("a", "c1"), ("b", "c2"))]
-    governed = govern(history, _plain(), model=MODEL)
-    assert len(governed.messages) == 3
-    assert [p.tool_call_id for p in governed.messages[2].parts] == ["c1", "c2"]  # type: ignore[union-attr]
-    assert pairing_problems(governed.messages) == []
+    history: list[ModelMessage] = [_user("go"), _calls(("a", "c1"), ("b", "c2"))]
+    out = _governed(history)
+    assert len(out) == 3
+    assert [p.tool_call_id for p in out[2].parts] == ["c1", "c2"]  # type: ignore[union-attr]
+
+
+def test_call_followed_by_a_response_gets_a_request_in_between() -> None:
+    history: list[ModelMessage] = [_user("go"), _call("a", id="c1"), _text("ok"), _user("more")]
+    out = _governed(history)
+    assert len(out) == 5
+    assert result_ids(out[2]) == ["c1"]
+    assert out[3] is history[2]
 
 
 def test_dangling_text_is_configurable() -> None:
@@ -47,41 +205,254 @@ def test_dangling_text_is_configurable() -> None:
     assert governed.messages[-1].parts[0].content == "aborted"  # type: ignore[union-attr]
 
 
+# --- orphans and duplicates ---------------------------------------------------------------------
+
+
 def test_orphan_result_is_removed_and_reported() -> None:
-    history = [_user("go"), _ret("read", "stale", id="gone"), _text("ok"), _user("again")]
+    history: list[ModelMessage] = [
+        _user("go"),
+        _ret("read", "stale", id="gone"),
+        _text("ok"),
+        _user("again"),
+    ]
     governed = govern(history, _plain(), model=MODEL)
-    assert pairing_problems(governed.messages) == []
+    assert_provider_valid(governed.messages)
     assert len(governed.messages) == 3
     report = governed.report.messages[1]
     assert (report.kept, report.parts[0].action) == (False, "dropped")
 
 
 def test_orphan_next_to_a_valid_result_removes_only_the_orphan() -> None:
-    history = [_user("go"), _call("a", id="c1"), _rets(("a", "fine", "c1"), ("b", "x", "zz"))]
+    history: list[ModelMessage] = [
+        _user("go"),
+        _call("a", id="c1"),
+        _rets(("a", "fine", "c1"), ("b", "x", "zz")),
+    ]
     governed = govern(history, _plain(), model=MODEL)
     assert [p.tool_call_id for p in governed.messages[2].parts] == ["c1"]  # type: ignore[union-attr]
     actions = [p.action for p in governed.report.messages[2].parts]
     assert actions == ["kept", "dropped"]
 
 
+def test_a_result_before_its_call_is_removed_and_the_call_answered() -> None:
+    out = _governed(BROKEN["return before its call"])
+    assert len(out) == 3
+    assert _answers(out[2]) == {"c1": "Interrupted by user."}
+
+
+def test_a_duplicated_result_keeps_the_first() -> None:
+    out = _governed(BROKEN["duplicated return"])
+    assert _answers(out[2]) == {"c1": 1}
+    assert len(out[2].parts) == 1
+
+
+def test_a_duplicate_a_turn_later_is_removed() -> None:
+    out = _governed(BROKEN["duplicate a turn later"])
+    assert [_answers(m) for m in out if isinstance(m, ModelRequest)][1:] == [{"c1": "r"}, {}]
+
+
+# --- late results -------------------------------------------------------------------------------
+
+
+def test_a_late_result_moves_to_the_request_right_after_its_call() -> None:
+    history = BROKEN["late return"]
+    governed = govern(history, _plain(), model=MODEL)
+    out = _governed(history)
+    assert out == governed.messages
+    assert len(out) == 4
+    # The real result, not a synthetic one, now answers the call, ahead of the prompt.
+    moved = out[2].parts[0]
+    assert isinstance(moved, ToolReturnPart)
+    assert moved is history[3].parts[0]
+    assert isinstance(out[2].parts[1], UserPromptPart)
+    # The request it came from is left empty at the end of the history.
+    assert out[3].parts == []
+    # The report accounts for every token: it left its request and joined the other.
+    report = governed.report
+    assert [p.action for p in report.messages[3].parts] == ["dropped"]
+    assert report.tokens_after == sum(m.tokens_after for m in report.messages)
+
+
+def test_a_late_result_after_a_response_gets_a_request_after_its_call() -> None:
+    history: list[ModelMessage] = [*BROKEN["late after a response"], _user("again")]
+    out = _governed(history)
+    assert len(out) == 5
+    assert _answers(out[2]) == {"c1": "x"}
+    assert out[3] is history[2]
+    assert out[4] is history[4]
+
+
+def test_parallel_results_split_over_two_requests_are_joined() -> None:
+    history: list[ModelMessage] = [
+        *BROKEN["parallel across two requests"],
+        _text("done"),
+        _user("more"),
+    ]
+    out = _governed(history)
+    assert len(out) == 5
+    assert _answers(out[2]) == {"c1": "one", "c2": "two"}
+    assert out[3:] == history[4:]
+
+
+def test_a_late_result_across_turns_still_answers_its_call() -> None:
+    history: list[ModelMessage] = [
+        _user("go"),
+        _calls(("a", "c1"), ("b", "c2")),
+        _ret("a", "one", id="c1"),
+        _text("partial"),
+        _user("next"),
+        _text("ok"),
+        _rets(("b", "two", "c2"), ("z", "?", "zz")),
+        _user("last"),
+    ]
+    out = _governed(history)
+    assert _answers(out[2]) == {"c1": "one", "c2": "two"}
+    assert all(not result_ids(m) for m in out[3:])
+
+
+def test_a_late_retry_prompt_moves_like_a_return() -> None:
+    out = _governed(BROKEN["retry a message late"])
+    assert list(_answers(out[2])) == ["c1"]
+    assert isinstance(out[2].parts[0], RetryPromptPart)
+
+
+def test_interrupted_turn_gets_its_late_result_and_keeps_the_markers() -> None:
+    history = BROKEN["interrupted turn"]
+    out = _governed([*history, _user("again")])
+    assert _answers(out[2]) == {"c1": "Interrupted by user.", "c2": "late"}
+    assert isinstance(out[2], ModelRequest)
+    assert out[2].state == "interrupted"
+    assert history[3] in out
+
+
+def test_a_reused_id_is_answered_by_its_newest_call() -> None:
+    history: list[ModelMessage] = [
+        _user("go"),
+        _call("a", id="c1"),
+        _user("next"),
+        _call("a", id="c1"),
+        _ret("a", "for the second", id="c1"),
+    ]
+    out = _governed(history)
+    assert _answers(out[2]) == {"c1": "Interrupted by user."}
+    assert _answers(out[4]) == {"c1": "for the second"}
+
+
+def test_a_repeated_id_within_one_response_is_answered_twice() -> None:
+    history: list[ModelMessage] = [
+        _user("go"),
+        _calls(("a", "c1"), ("a", "c1")),
+        _ret("a", "first", id="c1"),
+        _ret("a", "second", id="c1"),
+    ]
+    out = _governed(history)
+    assert [p.content for p in out[2].parts] == ["first", "second"]  # type: ignore[union-attr]
+
+
+def test_repairs_survive_the_window_and_group_dropping() -> None:
+    history: list[ModelMessage] = [_user("start"), _text("ok")]
+    for n in range(12):
+        history += [
+            _user(f"task {n}"),
+            _calls(("read", f"a{n}"), ("grep", f"b{n}")),
+            _ret("read", _words(300), id=f"a{n}"),
+            _text("thinking"),
+            _ret("grep", _words(300), id=f"b{n}"),
+            _call("read", id=f"c{n}"),
+        ]
+    history.append(_user("now"))
+    for budget in (1_500, 3_000, 6_000):
+        policy = _tight(budget, **_off(window={"enabled": True}, drop_groups=True))
+        _governed(history, policy)
+
+
+# --- incremental pairing ------------------------------------------------------------------------
+
+
+def _normalize_grown(history: list[ModelMessage]) -> list[list[ModelMessage]]:
+    """Normalise every prefix of a history, the pairing carried from one prefix to the next."""
+    tokenizer = tokenizer_for(MODEL)
+    facts = [message_facts(m, tokenizer) for m in history]
+    pairing = Pairing()
+    outputs = []
+    for size in range(len(history) + 1):
+        pairing = pairing.extended(facts[:size])
+        carried = normalize(history[:size], facts[:size], tokenizer, "stop", pairing)
+        cold = normalize(history[:size], facts[:size], tokenizer, "stop")
+        messages = [carried.messages[p] for p in range(len(carried.messages))]
+        assert messages == [cold.messages[p] for p in range(len(cold.messages))]
+        assert (carried.index, carried.origins, carried.removed, carried.dropped) == (
+            cold.index,
+            cold.origins,
+            cold.removed,
+            cold.dropped,
+        )
+        for index in range(size):
+            position = carried.position_of(index)
+            if position is not None:
+                assert carried.index[position] == index
+            else:
+                assert index in carried.dropped or index in carried.removed
+        outputs.append(messages)
+    return outputs
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_pairing_carried_over_a_growing_history_repairs_as_a_fresh_one(name: str) -> None:
+    for messages in _normalize_grown([*BROKEN[name], _text("ok"), _user("more")]):
+        assert_provider_valid(messages)
+
+
+def test_normalize_records_where_a_moved_result_came_from() -> None:
+    history = [*BROKEN["parallel across two requests"], _text("done"), _user("more")]
+    tokenizer = tokenizer_for(MODEL)
+    facts = [message_facts(m, tokenizer) for m in history]
+    normalized = normalize(history, facts, tokenizer, "stop")
+    # The second result left request 3 (emptied, so left out) for part 1 of position 2.
+    assert normalized.moved == {2: {1: (3, 0)}}
+    assert normalized.removed == {3: [0]}
+    assert normalized.dropped == [3]
+    assert normalized.origins[2] == [0, None]
+    assert normalized.messages[2].parts[1] is history[3].parts[0]
+
+
+# --- markers, identity, purity ------------------------------------------------------------------
+
+
 def test_turn_aborted_markers_are_kept() -> None:
-    interrupted = ModelRequest(parts=[], state="interrupted")
+    interrupted = _aborted()
     marker = _user("<turn_aborted>user pressed ctrl-c</turn_aborted>")
-    history = [_user("go"), _text("hm"), interrupted, marker, _text("ok"), _user("again")]
+    history: list[ModelMessage] = [
+        _user("go"),
+        _text("hm"),
+        interrupted,
+        marker,
+        _text("ok"),
+        _user("again"),
+    ]
     governed = govern(history, _plain(), model=MODEL)
     assert interrupted in governed.messages
     assert marker in governed.messages
 
 
 def test_valid_history_passes_through_as_the_same_objects() -> None:
-    history = [_user("go"), _call("a", id="c1"), _ret("a", "r", id="c1"), _text("done")]
+    history: list[ModelMessage] = [
+        _user("go"),
+        _call("a", id="c1"),
+        _ret("a", "r", id="c1"),
+        _text("done"),
+    ]
     governed = govern(history, _plain(), model=MODEL)
     assert all(a is b for a, b in zip(governed.messages, history, strict=True))
     assert [s.step for s in governed.report.steps] == []
 
 
 def test_input_is_never_mutated() -> None:
-    history = [_user("go"), _call("a", id="c1"), _ret("zz", "orphan", id="nope")]
+    history: list[ModelMessage] = [
+        _user("go"),
+        _call("a", id="c1"),
+        _ret("zz", "orphan", id="nope"),
+    ]
     snapshot = copy.deepcopy(history)
     govern(history, _plain(), model=MODEL)
     assert history == snapshot

@@ -1,0 +1,26 @@
+"""The seed of this run's property tests: random per run, fixed by ``CTXHUB_PROPERTY_SEED``.
+
+Hypothesis draws every example of the property tests from it (``@seed``), so a failure seen in
+CI or on a laptop is replayed with ``CTXHUB_PROPERTY_SEED=<seed> pytest tests/engine/...``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+ENV = "CTXHUB_PROPERTY_SEED"
+SHRINK_ENV = "CTXHUB_PROPERTY_SHRINK"
+
+
+def _seed() -> int:
+    given = os.environ.get(ENV, "").strip()
+    return int(given) if given else secrets.randbelow(1 << 32)
+
+
+SEED = _seed()
+"""Read once per process, so every test module and the terminal summary see the same seed."""
+
+SHRINK = os.environ.get(SHRINK_ENV, "").strip() not in ("", "0")
+"""Whether a failing example is made minimal: slow on long histories (minutes), so asked for
+when replaying a failure rather than on every run."""

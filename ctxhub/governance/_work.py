@@ -9,7 +9,8 @@ never touches the thousands of old messages the window will drop anyway. This ke
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import and_, attrgetter, eq, ge, is_
@@ -18,8 +19,6 @@ from typing import Any, Protocol, cast
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
-    ModelResponse,
-    RetryPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -125,29 +124,108 @@ class Landmarks:
     """Window notices from earlier governance passes."""
     latest_call: dict[str, int]
     """Tool name → the latest response calling it."""
+    first_text: int | None = None
+    """The first response with text (where the head ends)."""
+    repeated_calls: frozenset[str] = frozenset()
+    """Call ids more than one call has: every other call is answered in the message right
+    after it (pair repair sees to it), so its partner is found without a search."""
+    results_between: tuple[int, int] | None = None
+    """First and last positions that may hold a tool output (None: no position does)."""
+
+
+class Drops(Mapping[int, StepName]):
+    """The step that left each dropped position out: the window's drops kept as one range.
+
+    The window drops thousands of positions of a long history on every call; recording them
+    one by one would be a Python pass over the history. Other drops are few and kept by
+    position.
+    """
+
+    __slots__ = ("_end", "_mask", "_start", "_step", "_steps")
+
+    def __init__(self) -> None:
+        self._steps: dict[int, StepName] = {}
+        self._start = self._end = 0
+        self._mask = bytearray()
+        self._step: StepName = "window"
+
+    def add(self, position: int, step: StepName) -> None:
+        """Record one dropped position."""
+        self._steps[position] = step
+
+    def add_range(self, start: int, mask: bytearray, step: StepName) -> None:
+        """Record the positions from ``start`` on whose ``mask`` entry is true (one range)."""
+        assert not self._mask, "one range of drops per call"
+        self._start, self._end, self._mask, self._step = start, start + len(mask), mask, step
+
+    def __getitem__(self, position: int) -> StepName:
+        step = self._steps.get(position)
+        if step is not None:
+            return step
+        if self._start <= position < self._end and self._mask[position - self._start]:
+            return self._step
+        raise KeyError(position)
+
+    def __iter__(self) -> Iterator[int]:
+        ranged = compress(range(self._start, self._end), self._mask)
+        return chain((p for p in ranged if p not in self._steps), self._steps)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 @dataclass(frozen=True, slots=True)
 class Carry:
-    """What one ``govern`` call governed, for the next call on the same history grown.
+    """What one ``govern`` call worked out, for the next call on the same history grown.
 
-    Positions strictly inside the masked span and before the current turn are governed the same
-    way on every call (every output masked, nothing else depending on where the history ends),
-    so the next call can take their governed versions as they are when the facts at the
-    position are the same object (the same message: facts are cached by message identity, and
-    a caller passing stored facts keeps one object per message) and the settings that decide a
-    governed version are equal.
+    The next call's normalised history begins like this one's (up to where pair repair treats
+    the new messages differently, found in a few C-level comparisons), so the counts before
+    caps are taken from ``base_tokens``. A position's governed version depends only on its
+    message, the part-cap settings, the pinned positions, whether it is before the current
+    turn and whether masking replaces its results. Before both calls' current turns, strictly
+    inside both masked spans (every output masked, none evicted) and past both spans (no output
+    masked; a message with an output evicted is left out, so the evicted texts are recorded as a
+    cold call records them), the next call takes the versions this one governed as they are,
+    when the facts at the position are the same object (the same message: facts are cached by
+    message identity, and a caller passing stored facts keeps one object per message). Only
+    positions from ``governed_from`` on are offered: below it the window dropped the history,
+    most of it unread, so looking there would be a pass over the history for next to nothing.
     """
 
     facts: list[MessageFacts]
+    base_tokens: array[int]
+    """Tokens of each position before caps and masks."""
+    base_total: int
     messages: list[ModelMessage | None]
-    tokens: list[int]
+    tokens: array[int]
     """Governed tokens of each position; -1 where the call did not govern it."""
-    changes: dict[int, tuple[tuple[int, Transform], ...]]
-    span: tuple[int, int, int, int]
+    changes: list[tuple[tuple[int, Transform], ...]]
+    span: tuple[int, int, int, int] | None
     turn_start: int
+    governed_from: int
+    altered: frozenset[int]
+    """Positions whose messages a step changed past their governed versions (``set_part``)."""
     settings: tuple[int, frozenset[int]]
     """The part-cap settings key and the pinned positions."""
+
+
+def common_prefix(old: list[Any], new: list[Any]) -> int:
+    """How many leading items two lists share (equal items; the same object is equal).
+
+    A few C-level list comparisons, halving the stretch that differs: on lists that agree
+    but for their last few items this costs about two passes, never a Python loop.
+    """
+    size = min(len(old), len(new))
+    if old[:size] == new[:size]:
+        return size
+    low, high = 0, size  # old[:low] == new[:low]; the first difference is before high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if old[low:middle] == new[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 @dataclass
@@ -169,12 +247,25 @@ class Work:
     turn_start: int
     latest_prompt: int | None
     window_tokens: int
+    landmarks: Landmarks
+    """Where the window's landmarks are (collected as the history grew)."""
+    carried: Carry | None = None
+    """What the previous call on the history this one extends worked out (see ``Carry``)."""
     messages: list[ModelMessage | None] = field(init=False)
     """The governed version of each position; None where it is the base message."""
-    tokens: list[int] = field(init=False)
-    kept: list[bool] = field(init=False)
+    tokens: array[int] = field(init=False)
+    """Tokens of each position: governed where known, else before caps; 0 where dropped."""
+    total_tokens: int = field(init=False)
+    """``sum(tokens)``, kept up to date by every change to ``tokens``."""
+    base_tokens: array[int] = field(init=False)
+    """Tokens of each position before caps and masks."""
+    base_total: int = field(init=False)
+    kept: bytearray = field(init=False)
+    """1 where the position is sent, 0 where a step dropped it."""
     states: dict[int, list[PartState]] = field(default_factory=dict)
     materialised: set[int] = field(default_factory=set)
+    """Positions whose messages this call read to govern them; positions whose governed
+    versions it took from the carried state are not in it (see ``governed_tokens``)."""
     mask_span: tuple[int, int, int, int] | None = None
     """First and last (position, part number) of the masked middle of tool results, inclusive:
     masking is a rule over that span (see ``masked_at``), so planning it costs nothing per
@@ -188,25 +279,44 @@ class Work:
     notice_omitted: int = 0
     notice_before: int | None = None
     """Position the notice goes in front of (None: after the last message)."""
-    dropped_by: dict[int, StepName] = field(default_factory=dict)
-    changes: dict[int, tuple[tuple[int, Transform], ...]] = field(default_factory=dict)
+    dropped_by: Drops = field(default_factory=Drops)
+    changes: list[tuple[tuple[int, Transform], ...]] = field(init=False)
+    """The part changes of each governed position; () where none."""
+    governed_from: int = 0
+    """Below this position (past the head) the next call is not offered this call's governed
+    versions: the window dropped those positions, most of them unread."""
+    seeded: tuple[int, int] | None = None
+    """The run of positions (first, last + 1) whose governed versions were carried over."""
     min_cap: float = field(init=False)
     """No part at or below this many tokens can be evicted or truncated."""
     cap_key: int = field(init=False)
     protected: frozenset[str] = field(init=False)
-    carried: Carry | None = None
-    """The previous call's governed versions, offered for reuse (see ``Carry``)."""
-    landmarks: Landmarks | None = None
-    """Where the window's landmarks are, when the caller knows; else the window finds them."""
-    governed_tokens: list[int] = field(init=False)
-    """Tokens of each position as materialised (before any drop); -1 where not yet."""
+    governed_tokens: array[int] = field(init=False)
+    """Tokens of each position as governed (before any drop); -1 where not yet governed."""
 
     def __post_init__(self) -> None:
         size = len(self.facts)
+        carried = self.carried
+        # Machine-integer arrays and a bytearray rather than lists: copying, slicing and
+        # filling them is a memory copy, with no reference counts to touch on every item.
+        if carried is None:
+            base = array("q", map(_TOKENS, self.facts))
+            self.base_total = sum(base)
+        else:
+            # Counts before caps are the facts'; the shared beginning is carried whole.
+            same = common_prefix(carried.facts, self.facts)
+            base = carried.base_tokens[:same]
+            base.extend(map(_TOKENS, self.facts[same:]))
+            self.base_total = (
+                carried.base_total - sum(carried.base_tokens[same:]) + sum(base[same:])
+            )
+        self.base_tokens = base
+        self.tokens = array("q", base)
+        self.total_tokens = self.base_total
         self.messages = [None] * size
-        self.tokens = list(map(_TOKENS, self.facts))
-        self.kept = [True] * size
-        self.governed_tokens = [-1] * size
+        self.changes = [()] * size
+        self.kept = bytearray(b"\x01") * size
+        self.governed_tokens = array("q", _UNKNOWN) * size
         policy = self.policy
         self.protected = frozenset(policy.window.protected_tools)
         limits: list[float] = []
@@ -222,10 +332,7 @@ class Work:
 
     def total(self) -> int:
         """Tokens of all kept messages as currently known (unmaterialised ones: before caps)."""
-        total = sum(t for t, k in zip(self.tokens, self.kept, strict=True) if k)
-        if self.notice is not None:
-            total += self.notice_tokens()
-        return total
+        return self.total_tokens + self.notice_tokens()
 
     def notice_tokens(self) -> int:
         """Tokens of the window notice, if there is one."""
@@ -247,15 +354,14 @@ class Work:
         total = self.notice_tokens()
         tokens = self.tokens
         # Dropped positions count 0, so this is the kept messages' tokens, an upper bound.
-        if not eager and sum(tokens) + total <= limit:
+        if not eager and self.total_tokens + total <= limit:
             return False
         # Walk newest first; between the kept positions not yet governed the counts are exact,
         # so each such run is added at once (C-level) and only the others are materialised.
+        # The run carried from the previous call is governed throughout: skipped unlooked at.
         size = len(tokens)
-        pending = compress(
-            range(size - 1, -1, -1),
-            map(and_, reversed(self.kept), map(eq, reversed(self.governed_tokens), repeat(-1))),
-        )
+        low, high = self.seeded or (size, size)
+        pending = chain(self._pending(high, size), self._pending(0, low))
         upper = size
         for position in chain(pending, (-1,)):
             total += sum(tokens[position + 1 : upper])
@@ -269,6 +375,13 @@ class Work:
             upper = position
         return False
 
+    def _pending(self, start: int, end: int) -> Iterator[int]:
+        """Kept positions in ``[start, end)`` not governed yet, newest first (C-level)."""
+        # Slices of a bytearray and an array are memory copies; the walk over them is lazy.
+        unknown = map(eq, reversed(self.governed_tokens[start:end]), repeat(-1))
+        waiting = map(and_, reversed(self.kept[start:end]), unknown)
+        return compress(range(end - 1, start - 1, -1), waiting)
+
     def fits(self) -> bool:
         """Whether everything kept fits the budget (materialising what it must)."""
         return not self.exact_over()
@@ -277,13 +390,16 @@ class Work:
 
     def invalidate(self, position: int) -> None:
         """Forget the governed version of a position so it is rebuilt with a new plan."""
-        if position in self.materialised and self.kept[position]:
-            self.materialised.discard(position)
+        if self.governed_tokens[position] >= 0 and self.kept[position]:
             self.messages[position] = None
-            self.tokens[position] = self.facts[position].tokens
+            self._set_tokens(position, self.base_tokens[position])
             self.states.pop(position, None)
-            self.changes.pop(position, None)
+            self.changes[position] = ()
             self.governed_tokens[position] = -1
+
+    def _set_tokens(self, position: int, tokens: int) -> None:
+        self.total_tokens += tokens - self.tokens[position]
+        self.tokens[position] = tokens
 
     def materialise(self, position: int) -> int:
         """Apply planned caps and masks to one position; its governed tokens.
@@ -291,7 +407,7 @@ class Work:
         The result is cached on the message for the same plan, so a history governed again
         with one more message pays only for the new one.
         """
-        if position in self.materialised:
+        if self.governed_tokens[position] >= 0:
             return self.tokens[position]
         self.materialised.add(position)
         facts = self.facts[position]
@@ -316,7 +432,7 @@ class Work:
         governed, tokens, changes = found
         if changes:
             self.messages[position] = governed
-            self.tokens[position] = tokens
+            self._set_tokens(position, tokens)
             self.changes[position] = changes
             for _, transform in changes:
                 if transform.evicted is not None and transform.ref is not None:
@@ -324,62 +440,87 @@ class Work:
         self.governed_tokens[position] = self.tokens[position]
         return self.tokens[position]
 
-    def carry(self) -> Carry | None:
-        """This call's governed versions for the next call, when masking planned a span."""
-        if self.mask_span is None:
-            return None
+    def carry(self) -> Carry:
+        """What this call worked out, for the next call on the history grown."""
         return Carry(
             self.facts,
+            self.base_tokens,
+            self.base_total,
             self.messages,
             self.governed_tokens,
             self.changes,
             self.mask_span,
             self.turn_start,
+            self.governed_from,
+            frozenset(self.states),
             (self.cap_key, self.pinned_positions),
         )
 
     def seed(self) -> None:
         """Take the governed versions the previous call made that are still valid (see
         ``Carry``); called once masking has planned its span, before anything is dropped."""
-        carried, span = self.carried, self.mask_span
-        if carried is None or span is None:
+        carried = self.carried
+        if carried is None or carried.settings != (self.cap_key, self.pinned_positions):
             return
-        if carried.settings != (self.cap_key, self.pinned_positions):
+        span, old = self.mask_span, carried.span
+        if span is None or old is None:
             return
-        start = max(span[0], carried.span[0]) + 1
-        end = min(
-            span[2],
-            carried.span[2],
-            self.turn_start,
-            carried.turn_start,
-            len(self.facts),
-            len(carried.facts),
+        limit = min(self.turn_start, carried.turn_start, len(self.facts), len(carried.facts))
+        # Strictly inside both masked spans every output is masked (none is evicted).
+        positions = self._carried(max(span[0], old[0]) + 1, min(span[2], old[2], limit))
+        if positions:
+            first, last = positions[0], positions[-1] + 1
+            if last - first == len(positions):
+                # The usual case: one run (the previous call governed its newest positions).
+                self.total_tokens += sum(carried.tokens[first:last]) - sum(self.tokens[first:last])
+                self.messages[first:last] = carried.messages[first:last]
+                self.tokens[first:last] = carried.tokens[first:last]
+                self.governed_tokens[first:last] = carried.tokens[first:last]
+                self.changes[first:last] = carried.changes[first:last]
+                self.seeded = (first, last)
+            else:
+                self._take(positions)
+                # The newest run, for the walks that skip it (see ``seeded``).
+                at = len(positions) - 1
+                while at and positions[at - 1] == positions[at] - 1:
+                    at -= 1
+                self.seeded = (positions[at], last)
+        # After both spans no output is masked; a message with an output evicted is governed
+        # again, so the evicted texts are recorded in the order a cold call records them.
+        changes = carried.changes
+        self._take(
+            [
+                p
+                for p in self._carried(max(span[2], old[2]) + 1, limit)
+                if not any(t.evicted is not None for _, t in changes[p])
+            ]
         )
+
+    def _carried(self, start: int, end: int) -> list[int]:
+        """Positions in ``[start, end)`` whose carried governed versions hold (C-level)."""
+        carried = self.carried
+        assert carried is not None
+        start = max(start, carried.governed_from)
         if end <= start:
-            return
+            return []
         same = map(is_, self.facts[start:end], carried.facts[start:end])
         known = map(ge, carried.tokens[start:end], repeat(0))
-        # A position this call already governed (the budget check) has no masked result
-        # (masking would have invalidated it), so its carried version is its version too.
-        positions: Sequence[int] = list(compress(range(start, end), map(and_, same, known)))
-        if not positions:
-            return
-        first, last = positions[0], positions[-1] + 1
-        if last - first == len(positions):
-            # The usual case: one run (the previous call governed its newest positions).
-            positions = range(first, last)
-            self.messages[first:last] = carried.messages[first:last]
-            self.tokens[first:last] = carried.tokens[first:last]
-            self.governed_tokens[first:last] = carried.tokens[first:last]
-        else:
-            for position in positions:
-                self.messages[position] = carried.messages[position]
-                self.tokens[position] = carried.tokens[position]
-                self.governed_tokens[position] = carried.tokens[position]
-        self.changes.update(
-            zip(positions, map(carried.changes.get, positions, repeat(())), strict=True)
-        )
-        self.materialised.update(positions)
+        # A position this call already governed (the budget check) and whose result masking
+        # now replaces was invalidated, so its carried version is its version too.
+        positions = list(compress(range(start, end), map(and_, same, known)))
+        if carried.altered:
+            positions = [p for p in positions if p not in carried.altered]
+        return positions
+
+    def _take(self, positions: Iterable[int]) -> None:
+        """Take the carried governed versions of ``positions``."""
+        carried = self.carried
+        assert carried is not None
+        for position in positions:
+            self.messages[position] = carried.messages[position]
+            self._set_tokens(position, carried.tokens[position])
+            self.governed_tokens[position] = carried.tokens[position]
+            self.changes[position] = carried.changes[position]
 
     def _governed(
         self, position: int, message: ModelMessage, facts: MessageFacts, masked: frozenset[int]
@@ -441,7 +582,7 @@ class Work:
         if position in self.states:
             return self.states[position]
         states = self.part_states(position)
-        for number, transform in self.changes.get(position, ()):
+        for number, transform in self.changes[position]:
             state = states[number]
             state.action = transform.action
             state.tokens_after = transform.tokens
@@ -466,7 +607,7 @@ class Work:
         state.step = transform.step
         self.messages[position] = rebuilt(self.base[position], parts)
         self.states[position] = states
-        self.tokens[position] = MESSAGE_OVERHEAD + sum(s.tokens_after for s in states)
+        self._set_tokens(position, MESSAGE_OVERHEAD + sum(s.tokens_after for s in states))
 
     # --- caps: eviction and truncation --------------------------------------------------------
 
@@ -613,36 +754,47 @@ class Work:
 
     def drop(self, position: int, step: StepName) -> None:
         """Leave a position out of the governed history (its report is derived when read)."""
-        self.kept[position] = False
-        self.dropped_by[position] = step
-        self.tokens[position] = 0
+        self.kept[position] = 0
+        self.dropped_by.add(position, step)
+        self._set_tokens(position, 0)
 
-    def drop_range(self, start: int, end: int, spared: Iterable[int], step: StepName) -> list[int]:
-        """Drop every kept position in ``[start, end)`` but ``spared``; the positions dropped.
+    def drop_range(
+        self, start: int, end: int, spared: Iterable[int], step: StepName
+    ) -> tuple[int, int | None]:
+        """Drop every kept position in ``[start, end)`` but ``spared``: how many were dropped
+        and the first of them (None for none).
 
-        The same as ``drop`` on each, with list slices instead of a Python loop: the window
-        drops thousands of messages from a long history on every call.
+        The same as ``drop`` on each, with list slices and C-level counts instead of a Python
+        loop: the window drops thousands of messages from a long history on every call. One
+        range per call (the window's).
         """
         if end <= start:
-            return []
-        kept = self.kept[start:end]
-        held = [(p, kept[p - start]) for p in spared if start <= p < end]
-        for position, _ in held:
-            kept[position - start] = False
-        dropped = list(compress(range(start, end), kept))
-        # Spared positions keep their state; everything else in the range is now left out.
-        new_kept = [False] * (end - start)
-        new_tokens = [0] * (end - start)
-        for position, was_kept in held:
-            new_kept[position - start] = was_kept
-            new_tokens[position - start] = self.tokens[position]
-        self.kept[start:end] = new_kept
-        self.tokens[start:end] = new_tokens
-        self.dropped_by.update(dict.fromkeys(dropped, step))
-        return dropped
+            return 0, None
+        kept, tokens = self.kept, self.tokens
+        dropping = kept[start:end]  # 1 where kept until now
+        held = [p for p in spared if start <= p < end]
+        for position in held:
+            dropping[position - start] = 0
+        count = dropping.count(1)
+        if not count:
+            return 0, None
+        # The tokens left out: the range's, from what lies outside it (the head and the tail,
+        # both short), less the spared positions'.
+        inside = self.total_tokens - sum(tokens[:start]) - sum(tokens[end:])
+        self.total_tokens -= inside - sum(tokens[p] for p in held)
+        saved = [(p, kept[p], tokens[p]) for p in held]
+        kept[start:end] = bytes(end - start)
+        tokens[start:end] = array("q", _NONE) * (end - start)
+        for position, was_kept, held_tokens in saved:
+            kept[position] = was_kept
+            tokens[position] = held_tokens
+        self.dropped_by.add_range(start, dropping, step)
+        return count, start + dropping.index(1)
 
 
 _TOKENS = attrgetter("tokens")
+_UNKNOWN = (-1,)
+_NONE = (0,)
 
 _CAP_KEYS: dict[tuple[Any, ...], int] = {}
 
@@ -680,7 +832,7 @@ def rebuilt(message: ModelMessage, parts: list[Part]) -> ModelMessage:
     values = message_cache(message)
     key = ("rebuilt", tuple(map(id, parts)))
     found = values.get(key)
-    if found is not None and all(a is b for a, b in zip(found.parts, parts, strict=True)):
+    if found is not None and len(found.parts) == len(parts) and all(map(is_, found.parts, parts)):
         result: ModelMessage = found
         return result
     result = replace(message, parts=parts)  # type: ignore[arg-type]
@@ -714,22 +866,3 @@ def _mark(part: Part, note: dict[str, Any]) -> dict[str, Any]:
 def mark_metadata(part: Part, note: dict[str, Any]) -> dict[str, Any]:
     """Part metadata carrying governance's note, keeping any metadata already there."""
     return _mark(part, note)
-
-
-def is_request(message: ModelMessage) -> bool:
-    """Whether a message is a request."""
-    return isinstance(message, ModelRequest)
-
-
-def is_response(message: ModelMessage) -> bool:
-    """Whether a message is a response."""
-    return isinstance(message, ModelResponse)
-
-
-def results_in(parts: Sequence[Part]) -> list[int]:
-    """Indices of the tool results among ``parts``."""
-    return [
-        n
-        for n, p in enumerate(parts)
-        if isinstance(p, ToolReturnPart) or (isinstance(p, RetryPromptPart) and p.tool_name)
-    ]

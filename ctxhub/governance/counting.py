@@ -435,8 +435,3 @@ def count_tokens(
     return history_tokens(messages_or_text, tokenizer) + (
         tokenizer.count(instructions) if instructions else 0
     )
-
-
-def is_request(message: ModelMessage) -> bool:
-    """Whether a message is a request (sent to the model) rather than a response."""
-    return isinstance(message, ModelRequest)

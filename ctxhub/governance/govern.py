@@ -11,12 +11,11 @@ proportional shrink of the newest outputs — stopping as soon as it fits.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import compress
-from operator import attrgetter
+from itertools import chain
+from threading import Lock
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -187,10 +186,9 @@ def govern(
         source, input_facts, tokenizer, policy.dangling_call_text, prepared.pairing
     )
     turn_start, latest_prompt = _current_turn(normalized)
-    pinned_positions = (
-        frozenset(p for p, i in enumerate(normalized.index) if i is not None and i in pinned)
-        if pinned
-        else frozenset()
+    pinned_indices = (i for i in pinned if 0 <= i < len(input_facts))
+    pinned_positions = frozenset(
+        p for p in map(normalized.position_of, pinned_indices) if p is not None
     )
     landmarks = _landmarks(prepared, normalized)
     work = Work(
@@ -207,8 +205,8 @@ def govern(
         turn_start=turn_start,
         latest_prompt=latest_prompt,
         window_tokens=window_tokens,
-        carried=prepared.extends.carry if prepared.extends is not None else None,
         landmarks=landmarks,
+        carried=prepared.extends.carry if prepared.extends is not None else None,
     )
     prepared.extends = None
     steps: list[tuple[StepName, Detail]] = []
@@ -234,7 +232,7 @@ def govern(
     out_instr_tokens = tokenizer.count(out_instructions) if out_instructions else 0
     # Every kept position holds its governed message's count (a dropped one 0), and system
     # prompt parts are never rewritten, so the output's totals need no pass over its messages.
-    tokens_after = sum(work.tokens) + work.notice_tokens() + out_instr_tokens
+    tokens_after = work.total_tokens + work.notice_tokens() + out_instr_tokens
     system_after = (
         sum(work.facts[p].system_tokens for p in landmarks.system if work.kept[p])
         + out_instr_tokens
@@ -283,6 +281,14 @@ class _Prepared:
     notices_at: list[int]
     latest_call: dict[str, int]
     """Input indices of the window's landmarks (see ``Landmarks``)."""
+    first_text: int | None
+    """Input index of the first response with text."""
+    calls: _CallIds
+    """The call ids of the responses, for the ids several calls have."""
+    outputs_at: tuple[int, int] | None
+    """Input indices of the first and last requests holding a tool output (None: none)."""
+    calls_at: tuple[int, int] | None
+    """Input indices of the first and last responses making a tool call (None: none)."""
     tokens: int
     """Tokens of all the messages."""
     reports: ReportCache
@@ -341,33 +347,58 @@ def _newest_ids(
     return kept
 
 
+# Whether a history begins with a remembered one: its last remembered message must be the same
+# object, and the rest is decided by list comparisons: C-level, and an item that is the same
+# object as the remembered one is equal without being looked at (a few nanoseconds an item,
+# where a Python-level identity check costs tens). An item that is not the same object is
+# compared by value: a message (or parts list) replaced by an equal copy is as good as the same,
+# since everything carried from the remembered history follows from its value (the governed
+# versions carried by position are checked by identity of their facts where they are taken;
+# see ``Work.seed``).
+
+
 def _extends(
-    previous: _Prepared, messages: Sequence[ModelMessage], parts: list[Any], sizes: list[int]
+    previous: _Prepared, messages: list[ModelMessage], parts: list[Any], sizes: list[int]
 ) -> bool:
     """Whether ``messages`` (with these parts lists and sizes) begins with ``previous``'s."""
     if previous.messages is None or previous.parts is None or previous.sizes is None:
         return False
     size = len(previous.messages)
+    if size > len(messages):
+        return False
+    if size == 0:
+        return True
     return (
-        size <= len(messages)
-        and (size == 0 or previous.messages[-1] is messages[size - 1])
-        and all(map(operator.is_, previous.messages, messages))
-        and all(map(operator.is_, previous.parts, parts))
-        and previous.sizes == sizes[:size]
+        previous.messages[-1] is messages[size - 1]
+        and _starts_with(messages, previous.messages)
+        and _starts_with(parts, previous.parts)
+        and _starts_with(sizes, previous.sizes)
     )
 
 
 def _extends_facts(previous: _Prepared, facts: list[MessageFacts]) -> bool:
-    """Whether ``facts`` begins with ``previous``'s facts objects (a stored history grown)."""
+    """Whether ``facts`` begins with ``previous``'s facts (a stored history grown)."""
     size = len(previous.facts)
-    return (
-        size <= len(facts)
-        and (size == 0 or previous.facts[-1] is facts[size - 1])
-        and all(map(operator.is_, previous.facts, facts))
-    )
+    if size > len(facts):
+        return False
+    if size == 0:
+        return True
+    return previous.facts[-1] is facts[size - 1] and _starts_with(facts, previous.facts)
 
 
-_PARTS = attrgetter("parts")
+def _starts_with(items: list[Any], prefix: Sequence[Any]) -> bool:
+    """Whether ``items`` (a list of this call's own) begins with ``prefix``, by one list
+    comparison; the items past the prefix are set aside meanwhile rather than the prefix
+    copied (a copy would touch every item of a long history again)."""
+    size = len(prefix)
+    if size == len(items):
+        return items == prefix
+    rest = items[size:]
+    del items[size:]
+    try:
+        return items == prefix
+    finally:
+        items.extend(rest)
 
 
 def _prepare(
@@ -387,7 +418,9 @@ def _prepare(
             room[0] -= len(ids)
 
     held = list(messages)
-    parts = list(map(_PARTS, held))
+    # Each message's parts list and its length: a message edited in place (its parts list
+    # replaced or grown) no longer matches what was remembered of it.
+    parts = [message.parts for message in held]
     sizes = list(map(len, parts))
     recent = _LAST.setdefault(tokenizer.encoding_name, [])
     previous = _longest(c for c in recent if _extends(c, held, parts, sizes))
@@ -439,10 +472,20 @@ def _prepared(
     if previous is not None:
         system_at, aborted_at = list(previous.system_at), list(previous.aborted_at)
         notices_at, latest_call = list(previous.notices_at), dict(previous.latest_call)
+        first_text, outputs_at, calls_at = (
+            previous.first_text,
+            previous.outputs_at,
+            previous.calls_at,
+        )
         tokens, reports, totals = previous.tokens, previous.reports, previous.totals
+        calls = previous.calls
+        if not calls.grow(known, facts):
+            calls = _CallIds(facts)
     else:
         system_at, aborted_at, notices_at, latest_call = [], [], [], {}
+        first_text, outputs_at, calls_at = None, None, None
         tokens, reports, totals = 0, ReportCache(), PartTotals()
+        calls = _CallIds(facts)
     for position in range(known, len(facts)):
         fact = facts[position]
         tokens += fact.tokens
@@ -452,9 +495,16 @@ def _prepared(
             aborted_at.append(position)
         if fact.notice:
             notices_at.append(position)
-        if not fact.request:
+        if fact.request:
+            if fact.outputs:
+                outputs_at = (position if outputs_at is None else outputs_at[0], position)
+        else:
             for name in fact.tool_names:
                 latest_call[name] = position
+            if fact.call_ids:
+                calls_at = (position if calls_at is None else calls_at[0], position)
+            if first_text is None and fact.text_response:
+                first_text = position
     prepared = _Prepared(
         messages,
         parts,
@@ -466,6 +516,10 @@ def _prepared(
         aborted_at,
         notices_at,
         latest_call,
+        first_text,
+        calls,
+        outputs_at,
+        calls_at,
         tokens,
         reports,
         totals.extended(facts),
@@ -475,6 +529,52 @@ def _prepared(
     # The history extended is superseded by this one; the others stay, newest first.
     recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]
     return prepared
+
+
+class _CallIds:
+    """The call ids of a history's responses: where each was first made, and where a second
+    call made it again (the ids several calls have).
+
+    One instance serves a chain of remembered histories, each extending the one before: it is
+    grown in place only by the call extending the history it has seen all of (``length``), so
+    every entry a shorter history of the chain did not see is at an index at or past that
+    history's length, and the shorter history reads the index as its own by ignoring those. A
+    history extending a shorter one than that (another branch) gets an index of its own.
+    """
+
+    def __init__(self, facts: Sequence[MessageFacts]) -> None:
+        self.lock = Lock()
+        self.length = 0
+        self.first: dict[str, int] = {}
+        self.again: dict[str, int] = {}
+        self._add(facts)
+
+    def grow(self, known: int, facts: Sequence[MessageFacts]) -> bool:
+        """Add ``facts[known:]`` if this index has seen exactly ``known`` messages."""
+        with self.lock:
+            if self.length != known:
+                return False
+            self._add(facts)
+            return True
+
+    def _add(self, facts: Sequence[MessageFacts]) -> None:
+        first, again = self.first, self.again
+        for position in range(self.length, len(facts)):
+            fact = facts[position]
+            if not fact.request:
+                for call_id in fact.call_ids:
+                    if call_id in first:
+                        again.setdefault(call_id, position)
+                    else:
+                        first[call_id] = position
+        self.length = len(facts)
+
+    def repeated_within(self, length: int) -> frozenset[str]:
+        """The ids more than one call among the first ``length`` messages has."""
+        with self.lock:
+            if not self.again:
+                return frozenset()
+            return frozenset(call_id for call_id, at in self.again.items() if at < length)
 
 
 def _landmarks(prepared: _Prepared, normalized: Normalized) -> Landmarks:
@@ -493,11 +593,26 @@ def _landmarks(prepared: _Prepared, normalized: Normalized) -> Landmarks:
         position = position_of(index)
         if position is not None:
             latest[name] = position
+    # Responses are never rebuilt nor dropped, so a response's position is known; a request
+    # holding outputs may be emptied and dropped, when the bound falls back to the end.
+    size = len(normalized.facts)
+    low, high = size, -1
+    if prepared.outputs_at is not None:
+        first, last = map(position_of, prepared.outputs_at)
+        low = 0 if first is None else first
+        high = size - 1 if last is None else last
+    if prepared.calls_at is not None:
+        first, last = map(position_of, prepared.calls_at)
+        low = min(low, 0 if first is None else first + 1)
+        high = max(high, size - 1 if last is None else last + 1)
     return Landmarks(
         mapped(prepared.system_at),
         mapped(prepared.aborted_at),
         mapped(prepared.notices_at),
         latest,
+        None if prepared.first_text is None else position_of(prepared.first_text),
+        prepared.calls.repeated_within(len(prepared.facts)),
+        (low, min(high, size - 1)) if low <= high else None,
     )
 
 
@@ -529,6 +644,8 @@ def _budget_steps(work: Work, steps: list[tuple[StepName, Detail]]) -> None:
         mask(work)
         # Counting the masked results walks the masked span: left to the report.
         steps.append(("mask", lambda: f"{masked_count(work)} results masked"))
+    # With masking planned, what the previous call governed that still holds is taken over.
+    work.seed()
     omitted = window(work)
     if omitted is not None:
         steps.append(("window", f"{omitted} messages omitted"))
@@ -541,20 +658,41 @@ def _budget_steps(work: Work, steps: list[tuple[StepName, Detail]]) -> None:
 
 
 def _assemble(work: Work) -> list[ModelMessage]:
-    kept = work.kept
-    positions = list(compress(range(len(kept)), kept))
-    if not work.materialised.issuperset(positions):
-        for position in positions:
+    """The governed history: each kept position's governed message, and the window's notice.
+
+    The kept positions are a few runs (the head, sticky messages, the tail), found with
+    C-level searches of the kept flags, so this costs what the output holds, not the history.
+    """
+    kept, governed_tokens = work.kept, work.governed_tokens
+    runs = _runs(kept)
+    positions = list(chain.from_iterable(range(start, end) for start, end in runs))
+    for position in positions:
+        if governed_tokens[position] < 0:
             work.materialise(position)
-    governed, base = work.messages, work.base
+    messages, base = work.messages, work.base
+    governed = list(chain.from_iterable(messages[start:end] for start, end in runs))
     output = [
         base[position] if message is None else message
-        for position, message in zip(positions, compress(governed, kept), strict=True)
+        for position, message in zip(positions, governed, strict=True)
     ]
     if work.notice is not None:
-        at = len(output) if work.notice_before is None else sum(kept[: work.notice_before])
+        before = work.notice_before
+        at = len(output) if before is None else kept.count(1, 0, before)
         output.insert(at, work.notice)
     return output
+
+
+def _runs(kept: bytearray) -> list[tuple[int, int]]:
+    """The runs of kept positions, as (first, last + 1)."""
+    runs = []
+    start = kept.find(1)
+    while start >= 0:
+        end = kept.find(0, start)
+        if end < 0:
+            end = len(kept)
+        runs.append((start, end))
+        start = kept.find(1, end)
+    return runs
 
 
 def _reason(work: Work, budget: int, system_parts: int, instructions: int) -> str:

@@ -9,6 +9,7 @@ their report call after call, and the long run the window drops is taken from th
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -60,7 +61,7 @@ class ReportCache:
     facts: list[MessageFacts | None] = field(default_factory=list)
     fates: list[tuple[Zone, bool] | None] = field(default_factory=list)
     changes: list[Any] = field(default_factory=list)
-    after: list[int] = field(default_factory=list)
+    after: array[int] = field(default_factory=lambda: array("q"))
     reports: list[MessageReport | None] = field(default_factory=list)
     """Each message's other latest report, from these facts, zone and kept flag, changes and
     tokens after."""
@@ -81,7 +82,7 @@ class ReportCache:
                 self.reports,
             ):
                 column.extend([None] * missing)
-            self.after.extend([-1] * missing)
+            self.after.extend(array("q", (-1,)) * missing)
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,15 @@ class PartTotals:
     """Parts and their tokens in the messages before each input index (prefix sums), so the
     window's dropped stretches are tallied in constant time each."""
 
-    parts: list[int] = field(default_factory=lambda: [0])
-    tokens: list[int] = field(default_factory=lambda: [0])
+    parts: array[int] = field(default_factory=lambda: array("q", (0,)))
+    tokens: array[int] = field(default_factory=lambda: array("q", (0,)))
 
     def extended(self, facts: Sequence[MessageFacts]) -> PartTotals:
         """The totals of ``facts``, whose first messages are the ones these count."""
-        parts, tokens = list(self.parts), list(self.tokens)
+        if len(facts) == len(self.parts) - 1:
+            return self
+        # Machine-integer arrays: copying them is a memory copy.
+        parts, tokens = array("q", self.parts), array("q", self.tokens)
         for fact in facts[len(parts) - 1 :]:
             parts.append(parts[-1] + len(fact.part_tokens))
             tokens.append(tokens[-1] + sum(fact.part_tokens))
@@ -291,8 +295,8 @@ def _kept_stretch(
     last = first + end - start
     stretch = work.facts[start:end]
     fate = (_zone(work, start), True)
-    # A position governed as it is may record its changes as () or not at all.
-    changes = [changed or None for changed in map(work.changes.get, range(start, end))]
+    # A position governed as it is records its changes as ().
+    changes = [changed or None for changed in work.changes[start:end]]
     after = work.tokens[start:end]
     for fact, changed in zip(stretch, changes, strict=True):
         for number, transform in changed or ():
@@ -358,8 +362,8 @@ def _repaired_report(
     """The report of a message pair repair rebuilt (``fact`` its input's facts) or added
     (``fact`` None), reused from the previous call when built from the same."""
     facts = work.facts[position]
-    kept = work.kept[position]
-    changed = (work.changes.get(position) or None) if kept else None
+    kept = bool(work.kept[position])
+    changed = (work.changes[position] or None) if kept else None
     key = (
         work.index[position],
         _zone(work, position),
@@ -482,7 +486,7 @@ def _message_report(
 ) -> MessageReport:
     """One input message pair repair changed (``fact`` given) or one it added (``fact`` None),
     or one the last-resort shrink changed."""
-    kept = work.kept[position]
+    kept = bool(work.kept[position])
     states = work.states_of(position)
     drop_step = work.dropped_by.get(position)
     by_origin = {s.origin: s for s in states if s.origin is not None}

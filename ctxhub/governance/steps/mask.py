@@ -40,8 +40,11 @@ def _results(work: Work, wanted: int, *, backward: bool) -> list[tuple[int, int]
     """The first (or last) ``wanted`` tool results of kept messages, from that end inwards."""
     found: list[tuple[int, int]] = []
     facts, kept = work.facts, work.kept
-    size = len(facts)
-    for position in range(size - 1, -1, -1) if backward else range(size):
+    between = work.landmarks.results_between
+    if between is None:
+        return found
+    low, high = between
+    for position in range(high, low - 1, -1) if backward else range(low, high + 1):
         outputs = facts[position].outputs
         if outputs and kept[position]:
             for number in reversed(outputs) if backward else outputs:
@@ -71,7 +74,6 @@ def mask(work: Work) -> None:
     for position in sorted(work.materialised):
         if work.masked_at(position):
             work.invalidate(position)
-    work.seed()
 
 
 def masked_count(work: Work) -> int:

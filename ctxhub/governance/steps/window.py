@@ -17,27 +17,25 @@
   tool iterations has its older iteration groups (and retry exchanges) dropped — and, through
   ``compact``, summarised — like older turns, oldest first.
 * The cut never separates a call from its result: the tail starts only where no result in it
-  answers a call before it.
+  answers a call before it (after pair repair, at a message holding no result, each result
+  being right after its call; the newest exchange's results are checked whole).
 * A notice in Duragent's format says how many messages were omitted; a notice from an earlier
   governance pass is folded into the new one, so windowing again never stacks notices.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_right
 from datetime import datetime
-from itertools import chain, compress
-from operator import attrgetter, not_
+from itertools import accumulate, chain
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from .._work import MARK, Work
 from ..counting import message_facts, window_notice
 
-_SYSTEM_TOKENS = attrgetter("system_tokens")
-_TOOL_NAMES = attrgetter("tool_names")
-_ABORTED = attrgetter("aborted")
-_NOTICE = attrgetter("notice")
+CARRY_BELOW_CUT = 1_024
+"""How many positions below where the walk stopped the next call is offered (see ``Carry``)."""
 
 
 def notice_omitted(message: ModelMessage) -> int | None:
@@ -58,7 +56,8 @@ def find_head_end(work: Work) -> int:
     """Last position of the head (-1 for none): the first run, or just the first request."""
     if not work.policy.window.keep_head:
         return -1
-    end = next((p for p, f in enumerate(work.facts) if f.text_response), -1)
+    first_text = work.landmarks.first_text
+    end = -1 if first_text is None else first_text
     end = min(end, work.turn_start - 1)
     if end < 0:
         return -1
@@ -90,42 +89,62 @@ def sticky_positions(work: Work) -> set[int]:
     if work.latest_prompt is not None:
         # The request that opened the current turn (with any results it carries).
         sticky.update(range(work.turn_start, work.latest_prompt + 1))
-    protected = frozenset(policy.protected_tools)
     landmarks = work.landmarks
-    if landmarks is not None:
-        sticky.update(landmarks.system)
-        sticky.update(landmarks.latest_call[n] for n in protected if n in landmarks.latest_call)
-        if policy.keep_turn_aborted:
-            sticky.update(landmarks.aborted)
-        return _close_over_pairs(work, sticky)
-    facts = work.facts
-    everywhere = range(len(facts))
-    # Each scan below is a C-level pass over the facts.
-    sticky.update(compress(everywhere, map(_SYSTEM_TOKENS, facts)))
-    if protected:
-        latest_protected: dict[str, int] = {}
-        touching = map(not_, map(protected.isdisjoint, map(_TOOL_NAMES, facts)))
-        for position in compress(everywhere, touching):
-            fact = facts[position]
-            if not fact.request:
-                for name in fact.tool_names & protected:
-                    latest_protected[name] = position
-        sticky.update(latest_protected.values())
+    sticky.update(landmarks.system)
+    latest_call = landmarks.latest_call
+    sticky.update(latest_call[n] for n in policy.protected_tools if n in latest_call)
     if policy.keep_turn_aborted:
-        sticky.update(compress(everywhere, map(_ABORTED, facts)))
+        sticky.update(landmarks.aborted)
     return _close_over_pairs(work, sticky)
 
 
 def notice_positions(work: Work) -> list[int]:
     """Positions of window notices from earlier governance passes."""
-    if work.landmarks is not None:
-        return work.landmarks.notices
-    return list(compress(range(len(work.facts)), map(_NOTICE, work.facts)))
+    return work.landmarks.notices
 
 
 def _close_over_pairs(work: Work, positions: set[int]) -> set[int]:
-    if not any(work.facts[p].call_ids or work.facts[p].result_ids for p in positions):
+    """``positions`` with the other half of each of their tool-call pairs, closed.
+
+    A call's partner is the last message with a result of its id, and a result's the last
+    message with a call of its id. After pair repair a call whose id no other call has is
+    answered in the very next message and its result is the only one with that id, so those
+    partners are found next door; an id that several calls have needs the whole history.
+    """
+    facts = work.facts
+    if not any(facts[p].call_ids or facts[p].result_ids for p in positions):
         return positions
+    repeated = work.landmarks.repeated_calls
+    size = len(facts)
+    closed = set(positions)
+    todo = list(positions)
+    while todo:
+        position = todo.pop()
+        fact = facts[position]
+        partners: list[int] = []
+        for call_id in fact.call_ids:
+            following = position + 1
+            if call_id in repeated or following >= size:
+                return _close_over_pairs_by_search(work, positions)
+            if call_id not in facts[following].result_ids:
+                return _close_over_pairs_by_search(work, positions)
+            partners.append(following)
+        for call_id in fact.result_ids:
+            preceding = position - 1
+            if call_id in repeated or preceding < 0:
+                return _close_over_pairs_by_search(work, positions)
+            if call_id not in facts[preceding].call_ids:
+                return _close_over_pairs_by_search(work, positions)
+            partners.append(preceding)
+        for partner in partners:
+            if partner not in closed:
+                closed.add(partner)
+                todo.append(partner)
+    return closed
+
+
+def _close_over_pairs_by_search(work: Work, positions: set[int]) -> set[int]:
+    """``_close_over_pairs`` for ids several calls have: a pass over the whole history."""
     call_at: dict[str, int] = {}
     result_at: dict[str, int] = {}
     for position, fact in enumerate(work.facts):
@@ -163,14 +182,18 @@ def tail_floor(work: Work) -> int:
     return work.turn_start
 
 
-def movable(work: Work, head_end: int, sticky: set[int]) -> list[int]:
-    """Kept positions after the head the window may drop: not sticky, not a notice."""
-    facts, kept = work.facts, work.kept
-    return [
-        p
-        for p in range(head_end + 1, len(facts))
-        if kept[p] and p not in sticky and not facts[p].notice
-    ]
+def movable(work: Work, head_end: int, sticky: set[int]) -> tuple[int, int]:
+    """How many kept positions after the head the window may drop (not sticky, not a
+    notice), and their tokens: C-level counts over the history, less the few exceptions."""
+    kept, tokens = work.kept, work.tokens
+    start = head_end + 1
+    count = kept[start:].count(True)
+    total = sum(tokens[start:])  # a dropped position counts 0
+    for position in sticky.union(notice_positions(work)):
+        if position >= start and kept[position]:
+            count -= 1
+            total -= tokens[position]
+    return count, total
 
 
 def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
@@ -182,19 +205,101 @@ def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
         return True
     if not triggers:
         return False
-    positions = movable(work, head_end, sticky)
-    tokens = work.tokens
+    count, total = movable(work, head_end, sticky)
     for trigger in triggers:
         kind, value = trigger.resolve(work.window_tokens)
-        size = len(positions) if kind == "messages" else sum(tokens[p] for p in positions)
+        size = count if kind == "messages" else total
         if size > value:
             return True
     return False
 
 
-def _among(ordered: list[int], value: int) -> bool:
-    at = bisect_left(ordered, value)
-    return at < len(ordered) and ordered[at] == value
+def _walk(
+    work: Work,
+    head_end: int,
+    floor: int,
+    sticky: set[int],
+    available: int,
+    count: int,
+    limit_messages: int,
+    cut: int,
+) -> tuple[int, int]:
+    """Walk back from the newest exchange, taking messages while they fit: where the kept tail
+    starts (``cut``) and the position where the walk stopped (0 when it never did).
+
+    Each kept message that is neither sticky nor the newest exchange's adds its tokens (and,
+    unless it is a notice, one to the count); the walk stops at the first that makes either
+    exceed its room. The tail may start at any position the walk got past that holds no tool
+    result (pair repair puts every result right after its call, so a result's message starts
+    no tail without the call before it).
+
+    Positions whose governed versions were carried from the previous call (one run, see
+    ``Work.seed``) are taken a run at a time: running sums over the run (C-level) and a
+    bisection find where the walk stops in it, instead of a Python step per message.
+    """
+    facts, kept, tokens = work.facts, work.kept, work.tokens
+    governed, materialise = work.governed_tokens, work.materialise
+    seeded = work.seeded
+    taken = 0
+    position = floor - 1
+    while position > head_end:
+        if (
+            seeded is not None
+            and seeded[0] <= position < seeded[1]
+            and taken <= available
+            and count <= limit_messages
+        ):
+            low = max(seeded[0], head_end + 1)
+            stop, run_tokens, run_count = _through_run(
+                work, low, position, sticky, available - taken, limit_messages - count
+            )
+            first = low if stop is None else stop + 1
+            # The lowest position the walk got past that holds no result, if any.
+            while first <= position and facts[first].result_ids:
+                first += 1
+            if first <= position:
+                cut = first
+            if stop is not None:
+                return cut, stop
+            taken += run_tokens
+            count += run_count
+            position = low - 1
+            continue
+        fact = facts[position]
+        if kept[position] and position not in sticky:
+            taken += tokens[position] if governed[position] >= 0 else materialise(position)
+            if not fact.notice:
+                count += 1
+            if taken > available or count > limit_messages:
+                return cut, position
+        if not fact.result_ids:
+            cut = position
+        position -= 1
+    return cut, 0
+
+
+def _through_run(
+    work: Work, low: int, high: int, sticky: set[int], room: int, room_count: int
+) -> tuple[int | None, int, int]:
+    """The walk through governed positions ``high`` down to ``low``: where it stops (None if it
+    gets through), and the tokens and count it takes before stopping (or in all)."""
+    tokens = work.tokens[low : high + 1]
+    counted = work.kept[low : high + 1]  # a dropped position counts 0 tokens already
+    for position in sticky:
+        if low <= position <= high:
+            tokens[position - low] = 0
+            counted[position - low] = 0
+    for position in work.landmarks.notices:
+        if low <= position <= high:
+            counted[position - low] = 0
+    taken = list(accumulate(reversed(tokens)))
+    counts = list(accumulate(reversed(counted)))
+    # With room left (both at least 0), the first sum past its room is where a message that
+    # counts was added: the step at which the walk stops.
+    at = min(bisect_right(taken, room), bisect_right(counts, room_count))
+    if at == len(taken):
+        return None, taken[-1], counts[-1]
+    return high - at, taken[at], counts[at]
 
 
 def window(work: Work) -> int | None:
@@ -213,9 +318,7 @@ def window(work: Work) -> int | None:
     size = len(work.facts)
     middle_sticky = sorted(p for p in sticky if head_end < p < floor)
     floor_kept = [p for p in range(floor, size) if work.kept[p]]
-    fixed = sum(
-        work.materialise(p) for p in chain(range(head_end + 1), middle_sticky, floor_kept)
-    )
+    fixed = sum(work.materialise(p) for p in chain(range(head_end + 1), middle_sticky, floor_kept))
     notices = [p for p in notice_positions(work) if head_end < p < floor and p not in sticky]
     previous = sum(work.facts[p].omitted for p in notices)
     # Reserve room for the notice at its largest (every middle message omitted).
@@ -234,7 +337,6 @@ def window(work: Work) -> int | None:
         else:
             available = min(available, value - sum(work.tokens[p] for p in floor_movable))
 
-    taken = 0
     # Results in the kept tail whose calls come before it: the cut must go below those calls.
     open_results: set[str] = set()
     calls_in_tail: set[str] = set()
@@ -242,35 +344,26 @@ def window(work: Work) -> int | None:
         calls_in_tail.update(work.facts[position].call_ids)
         open_results.update(set(work.facts[position].result_ids) - calls_in_tail)
     cut = floor if not open_results else head_end + 1
-    # The hottest loop of a warm call (one pass over the kept tail): names bound locally, and
-    # positions already governed read straight from the token list.
-    facts, kept, tokens = work.facts, work.kept, work.tokens
-    materialised, materialise = work.materialised, work.materialise
     limit_messages = max_messages if max_messages is not None else size + 1
-    for position in range(floor - 1, head_end, -1):
-        fact = facts[position]
-        if kept[position] and position not in sticky:
-            taken += tokens[position] if position in materialised else materialise(position)
-            if not fact.notice:
-                count += 1
-            if taken > available or count > limit_messages:
-                break
-        if fact.result_ids:
-            open_results.update(fact.result_ids)
-        if open_results and fact.call_ids:
-            open_results.difference_update(fact.call_ids)
-        if not open_results:
-            cut = position
+    cut, stopped = _walk(work, head_end, floor, sticky, available, count, limit_messages, cut)
 
-    dropped = work.drop_range(head_end + 1, cut, middle_sticky, "window")
-    if not dropped:
+    dropped, first_dropped = work.drop_range(head_end + 1, cut, middle_sticky, "window")
+    if first_dropped is None:
         # Nothing left the history: the tail is the current turn, as when the window is idle.
         work.tail_start = min(cut, work.turn_start)
         return 0
     work.tail_start = cut
+    if not policy.triggers:
+        # Below where the walk stopped this call governed only what it carried over (with a
+        # trigger it governed every kept message, to measure them). The next call is offered
+        # what lies a little below the stop too: the cut moves back when room frees up (an
+        # output masked, a turn's outputs truncated), about as far as one output is worth in
+        # masked messages, and each time it would govern those messages again.
+        low = stopped if work.seeded is None else min(stopped, work.seeded[0])
+        work.governed_from = max(low, stopped - CARRY_BELOW_CUT)
     # Earlier notices are folded into the new one, not counted as omitted messages.
-    omitted = previous + len(dropped) - sum(1 for p in notices if _among(dropped, p))
-    first_dropped = dropped[0]
+    window_dropped = work.dropped_by.get
+    omitted = previous + dropped - sum(1 for p in notices if window_dropped(p) == "window")
     work.notice = build_notice(work, omitted, work.facts[cut - 1].timestamp)
     work.notice_omitted = omitted
     try:

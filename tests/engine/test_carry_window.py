@@ -1,0 +1,228 @@
+"""What one call carries to the next on a long history never changes the answer.
+
+A warm call on a history grown by a message takes over what the previous call worked out:
+counts before caps, the governed versions of the masked middle and of the older results
+after it, a window walk over that carried run a run at a time, the window's drops as one
+range. These tests grow histories long enough for the window to cut on every call, through
+turns, interrupted calls, evicted and truncated outputs, a protected tool, pins, group
+dropping and triggers, and compare every warm call with a cold one on new objects.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pytest
+from engine_builders import MODEL, T0, _words
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from ctxhub.governance import Governed, Policy, govern
+from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.steps.normalize import Pairing
+from ctxhub.governance.tokens import tokenizer_for
+
+TOOLS = ("read", "grep", "run_tests", "manage_todo_list")
+
+
+def _session(seed: int, size: int) -> list[ModelMessage]:
+    """Turns of a request, one to four iterations of one or two calls (outputs of 20 to 450
+    tokens), and an answer; about one turn in eight is interrupted before its results."""
+    rng = random.Random(seed)
+    out: list[ModelMessage] = [
+        ModelRequest(
+            parts=[
+                SystemPromptPart("You are careful.", timestamp=T0),
+                UserPromptPart("start", timestamp=T0),
+            ]
+        ),
+        ModelResponse(parts=[TextPart("ready")], timestamp=T0),
+    ]
+    call = 0
+    turn = 0
+    while len(out) < size:
+        turn += 1
+        out.append(ModelRequest(parts=[UserPromptPart(f"task {turn}", timestamp=T0)]))
+        interrupted = rng.random() < 1 / 8
+        iterations = rng.randint(1, 4)
+        for iteration in range(iterations):
+            calls = []
+            for _ in range(rng.randint(1, 2)):
+                call += 1
+                calls.append(ToolCallPart(rng.choice(TOOLS), {"n": call}, tool_call_id=f"c{call}"))
+            out.append(ModelResponse(parts=calls, timestamp=T0))
+            if interrupted and iteration == iterations - 1:
+                break
+            out.append(
+                ModelRequest(
+                    parts=[
+                        ToolReturnPart(
+                            c.tool_name,
+                            _words(rng.choice([20, 60, 150, 450]), f"w{c.tool_call_id}"),
+                            tool_call_id=c.tool_call_id,
+                            timestamp=T0,
+                        )
+                        for c in calls
+                    ]
+                )
+            )
+        else:
+            out.append(ModelResponse(parts=[TextPart(f"done {turn}")], timestamp=T0))
+    return out[:size]
+
+
+def _policy(**overrides: Any) -> Policy:
+    return Policy.model_validate(
+        {
+            "context_window": 4_000,
+            "reserved_output_tokens": 0,
+            "safety_margin": 0,
+            "tool_output": {"limit": 200},
+            "eviction": {"threshold_tokens": 300, "preview_chars": 60},
+            "masking": {"keep_first": 1, "keep_last": 3},
+            **overrides,
+        }
+    )
+
+
+POLICIES = {
+    "budget": _policy(),
+    "triggers": _policy(
+        window={
+            "triggers": [{"kind": "messages", "value": 80}],
+            "keep": {"kind": "messages", "value": 60},
+        }
+    ),
+    "groups": _policy(context_window=2_500, drop_groups=True, shrink_newest=True),
+    "no-eviction": _policy(eviction={"threshold_tokens": None}, text={"limit": 64}),
+}
+
+
+def _same(warm: Governed, cold: Governed) -> None:
+    assert warm.messages == cold.messages
+    assert warm.report.model_dump() == cold.report.model_dump()
+    assert list(warm.evicted.items()) == list(cold.evicted.items())
+    assert (warm.fits, warm.tokens_before, warm.tokens_after, warm.budget_tokens) == (
+        cold.fits,
+        cold.tokens_before,
+        cold.tokens_after,
+        cold.budget_tokens,
+    )
+
+
+@contextmanager
+def _carried_lengths() -> Iterator[list[int]]:
+    """How many messages the pairing each ``govern`` call started from had already seen."""
+    seen: list[int] = []
+    extended = Pairing.extended
+
+    def spy(self: Pairing, facts: Sequence[Any]) -> Pairing:
+        seen.append(self.length)
+        return extended(self, facts)
+
+    with mock.patch.object(Pairing, "extended", spy):
+        yield seen
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_long_history_grown_message_by_message_governs_as_a_cold_one(name: str) -> None:
+    policy = POLICIES[name]
+    session = _session(seed=len(name), size=240)
+    pins = frozenset({1}) if name == "groups" else frozenset()
+    windowed = carried = 0
+    history = session[:180]
+    govern(history, policy, model=MODEL, pinned=pins)
+    for size in range(181, len(session) + 1):
+        history = [*history, session[size - 1]]
+        with _carried_lengths() as seen:
+            warm = govern(history, policy, model=MODEL, pinned=pins)
+        assert seen == [size - 1]
+        # The same messages as new objects: no cache or carried state applies to them.
+        fresh = _session(seed=len(name), size=size)
+        _same(warm, govern(fresh, policy, model=MODEL, pinned=pins))
+        windowed += warm._work.notice is not None
+        carried += warm._work.seeded is not None
+    # The window cut and the carried run was walked a run at a time on most calls.
+    assert windowed > 45
+    assert carried > 45
+
+
+def test_a_stored_long_history_grown_message_by_message_governs_as_a_cold_one() -> None:
+    policy = POLICIES["budget"]
+    session = _session(seed=3, size=240)
+    tokenizer = tokenizer_for(MODEL)
+    facts = [MessageFacts.from_json(message_facts(m, tokenizer).to_json()) for m in session]
+    loaded = copy.deepcopy(session)
+    carried = 0
+    for size in range(180, len(session) + 1):
+        with _carried_lengths() as seen:
+            warm = govern(loaded[:size], policy, model=MODEL, facts=facts[:size])
+        if size > 180:
+            assert seen == [size - 1]
+        _same(warm, govern(_session(seed=3, size=size), policy, model=MODEL))
+        carried += warm._work.seeded is not None
+    assert carried > 30
+
+
+def test_a_long_history_edited_deep_in_place_is_prepared_again() -> None:
+    policy = POLICIES["budget"]
+    history = _session(seed=5, size=260)
+    for size in range(240, len(history) + 1):
+        govern(history[:size], policy, model=MODEL)
+    # A message the window dropped long ago: its parts list grown, then replaced, in place.
+    old = history[7]
+    old.parts.append(UserPromptPart(_words(300, "grown"), timestamp=T0))
+    with _carried_lengths() as seen:
+        after = govern(history, policy, model=MODEL)
+    assert seen == [0]
+    _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
+    old.parts = [UserPromptPart("replaced", timestamp=T0)]
+    with _carried_lengths() as seen:
+        again = govern(history, policy, model=MODEL)
+    assert seen == [0]
+    _same(again, govern(copy.deepcopy(history), policy, model=MODEL))
+    # And a message replaced in the list, the list being the same object.
+    history[11] = ModelResponse(parts=[TextPart("another answer")], timestamp=T0)
+    with _carried_lengths() as seen:
+        replaced = govern(history, policy, model=MODEL)
+    assert seen == [0]
+    _same(replaced, govern(copy.deepcopy(history), policy, model=MODEL))
+
+
+def test_a_protected_call_with_a_reused_id_keeps_the_pairs_a_cold_call_keeps() -> None:
+    # The latest protected call is kept whatever the window; its id was used by an earlier
+    # call, so its partners are looked up over the whole history, as a cold call does.
+    policy = POLICIES["budget"]
+    history = _session(seed=9, size=240)
+    reused = next(
+        p.tool_call_id
+        for m in history[20:]
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart)
+    )
+    history += [
+        ModelRequest(parts=[UserPromptPart("track it", timestamp=T0)]),
+        ModelResponse(
+            parts=[ToolCallPart("manage_todo_list", {"n": 0}, tool_call_id=reused)], timestamp=T0
+        ),
+        ModelRequest(
+            parts=[ToolReturnPart("manage_todo_list", "ok", tool_call_id=reused, timestamp=T0)]
+        ),
+    ]
+    for size in range(len(history) - 30, len(history) + 1):
+        warm = govern(history[:size], policy, model=MODEL)
+        _same(warm, govern(copy.deepcopy(history[:size]), policy, model=MODEL))

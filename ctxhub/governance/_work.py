@@ -126,9 +126,6 @@ class Landmarks:
     """Tool name → the latest response calling it."""
     first_text: int | None = None
     """The first response with text (where the head ends)."""
-    repeated_calls: frozenset[str] = frozenset()
-    """Call ids more than one call has: every other call is answered in the message right
-    after it (pair repair sees to it), so its partner is found without a search."""
     results_between: tuple[int, int] | None = None
     """First and last positions that may hold a tool output (None: no position does)."""
 

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from threading import Lock
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -283,8 +282,6 @@ class _Prepared:
     """Input indices of the window's landmarks (see ``Landmarks``)."""
     first_text: int | None
     """Input index of the first response with text."""
-    calls: _CallIds
-    """The call ids of the responses, for the ids several calls have."""
     outputs_at: tuple[int, int] | None
     """Input indices of the first and last requests holding a tool output (None: none)."""
     calls_at: tuple[int, int] | None
@@ -478,14 +475,10 @@ def _prepared(
             previous.calls_at,
         )
         tokens, reports, totals = previous.tokens, previous.reports, previous.totals
-        calls = previous.calls
-        if not calls.grow(known, facts):
-            calls = _CallIds(facts)
     else:
         system_at, aborted_at, notices_at, latest_call = [], [], [], {}
         first_text, outputs_at, calls_at = None, None, None
         tokens, reports, totals = 0, ReportCache(), PartTotals()
-        calls = _CallIds(facts)
     for position in range(known, len(facts)):
         fact = facts[position]
         tokens += fact.tokens
@@ -517,7 +510,6 @@ def _prepared(
         notices_at,
         latest_call,
         first_text,
-        calls,
         outputs_at,
         calls_at,
         tokens,
@@ -529,52 +521,6 @@ def _prepared(
     # The history extended is superseded by this one; the others stay, newest first.
     recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]
     return prepared
-
-
-class _CallIds:
-    """The call ids of a history's responses: where each was first made, and where a second
-    call made it again (the ids several calls have).
-
-    One instance serves a chain of remembered histories, each extending the one before: it is
-    grown in place only by the call extending the history it has seen all of (``length``), so
-    every entry a shorter history of the chain did not see is at an index at or past that
-    history's length, and the shorter history reads the index as its own by ignoring those. A
-    history extending a shorter one than that (another branch) gets an index of its own.
-    """
-
-    def __init__(self, facts: Sequence[MessageFacts]) -> None:
-        self.lock = Lock()
-        self.length = 0
-        self.first: dict[str, int] = {}
-        self.again: dict[str, int] = {}
-        self._add(facts)
-
-    def grow(self, known: int, facts: Sequence[MessageFacts]) -> bool:
-        """Add ``facts[known:]`` if this index has seen exactly ``known`` messages."""
-        with self.lock:
-            if self.length != known:
-                return False
-            self._add(facts)
-            return True
-
-    def _add(self, facts: Sequence[MessageFacts]) -> None:
-        first, again = self.first, self.again
-        for position in range(self.length, len(facts)):
-            fact = facts[position]
-            if not fact.request:
-                for call_id in fact.call_ids:
-                    if call_id in first:
-                        again.setdefault(call_id, position)
-                    else:
-                        first[call_id] = position
-        self.length = len(facts)
-
-    def repeated_within(self, length: int) -> frozenset[str]:
-        """The ids more than one call among the first ``length`` messages has."""
-        with self.lock:
-            if not self.again:
-                return frozenset()
-            return frozenset(call_id for call_id, at in self.again.items() if at < length)
 
 
 def _landmarks(prepared: _Prepared, normalized: Normalized) -> Landmarks:
@@ -611,7 +557,6 @@ def _landmarks(prepared: _Prepared, normalized: Normalized) -> Landmarks:
         mapped(prepared.notices_at),
         latest,
         None if prepared.first_text is None else position_of(prepared.first_text),
-        prepared.calls.repeated_within(len(prepared.facts)),
         (low, min(high, size - 1)) if low <= high else None,
     )
 

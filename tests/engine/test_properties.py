@@ -573,12 +573,6 @@ def test_a_long_history_grown_governs_as_a_cold_one(spec: Spec, policy: Policy, 
 # --- engine bugs these properties found, each as its smallest example -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="window: a message kept whatever the window keeps the other half of its pairs by "
-    "call id, the id's last occurrence; with an id reused it keeps another call's result and "
-    "drops its own (steps/window.py, _close_over_pairs)",
-)
 def test_a_pinned_call_whose_id_is_reused_later_keeps_its_own_answer() -> None:
     history: list[ModelMessage] = [
         _user("go"),
@@ -595,13 +589,6 @@ def test_a_pinned_call_whose_id_is_reused_later_keeps_its_own_answer() -> None:
     assert provider_violations(governed.messages) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="window: the head is the first run, up to the first response with text; when it "
-    "is over half the budget only the first request is kept, and on the output (no text "
-    "response left) there is no head, so governing again drops that request (steps/window.py, "
-    "find_head_end)",
-)
 def test_governing_an_output_that_does_not_fit_again_changes_nothing() -> None:
     history: list[ModelMessage] = [
         _user("task 0"),

@@ -57,7 +57,9 @@ def find_head_end(work: Work) -> int:
     if not work.policy.window.keep_head:
         return -1
     first_text = work.landmarks.first_text
-    end = -1 if first_text is None else first_text
+    # Without a text response yet, the head is the first request: governing an output whose
+    # head was cut to its first request must find that same head again.
+    end = _first_request(work) if first_text is None else first_text
     end = min(end, work.turn_start - 1)
     if end < 0:
         return -1
@@ -67,6 +69,10 @@ def find_head_end(work: Work) -> int:
         first = next((p for p in range(end + 1) if work.facts[p].request), -1)
         end = _close_head(work, first)
     return end
+
+
+def _first_request(work: Work) -> int:
+    return next((p for p, fact in enumerate(work.facts) if fact.request), -1)
 
 
 def _close_head(work: Work, end: int) -> int:
@@ -106,65 +112,24 @@ def notice_positions(work: Work) -> list[int]:
 def _close_over_pairs(work: Work, positions: set[int]) -> set[int]:
     """``positions`` with the other half of each of their tool-call pairs, closed.
 
-    A call's partner is the last message with a result of its id, and a result's the last
-    message with a call of its id. After pair repair a call whose id no other call has is
-    answered in the very next message and its result is the only one with that id, so those
-    partners are found next door; an id that several calls have needs the whole history.
+    After pair repair every call is answered in the very next message and every result sits
+    right after its call, so a partner is always next door — by position, never by id: an id
+    a later call uses again names another pair.
     """
     facts = work.facts
-    if not any(facts[p].call_ids or facts[p].result_ids for p in positions):
-        return positions
-    repeated = work.landmarks.repeated_calls
     size = len(facts)
     closed = set(positions)
     todo = list(positions)
     while todo:
         position = todo.pop()
         fact = facts[position]
-        partners: list[int] = []
-        for call_id in fact.call_ids:
-            following = position + 1
-            if call_id in repeated or following >= size:
-                return _close_over_pairs_by_search(work, positions)
-            if call_id not in facts[following].result_ids:
-                return _close_over_pairs_by_search(work, positions)
-            partners.append(following)
-        for call_id in fact.result_ids:
-            preceding = position - 1
-            if call_id in repeated or preceding < 0:
-                return _close_over_pairs_by_search(work, positions)
-            if call_id not in facts[preceding].call_ids:
-                return _close_over_pairs_by_search(work, positions)
-            partners.append(preceding)
+        partners = []
+        if fact.call_ids and position + 1 < size:
+            partners.append(position + 1)
+        if fact.result_ids and position > 0:
+            partners.append(position - 1)
         for partner in partners:
             if partner not in closed:
-                closed.add(partner)
-                todo.append(partner)
-    return closed
-
-
-def _close_over_pairs_by_search(work: Work, positions: set[int]) -> set[int]:
-    """``_close_over_pairs`` for ids several calls have: a pass over the whole history."""
-    call_at: dict[str, int] = {}
-    result_at: dict[str, int] = {}
-    for position, fact in enumerate(work.facts):
-        for call_id in fact.call_ids:
-            call_at[call_id] = position
-        for call_id in fact.result_ids:
-            result_at[call_id] = position
-    closed = set(positions)
-    todo = list(positions)
-    while todo:
-        position = todo.pop()
-        fact = work.facts[position]
-        for call_id in fact.call_ids:
-            partner = result_at.get(call_id)
-            if partner is not None and partner not in closed:
-                closed.add(partner)
-                todo.append(partner)
-        for call_id in fact.result_ids:
-            partner = call_at.get(call_id)
-            if partner is not None and partner not in closed:
                 closed.add(partner)
                 todo.append(partner)
     return closed

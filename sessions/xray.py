@@ -183,8 +183,8 @@ def xray(context: GovernedContext) -> XRay:
 class PartFate:
     view: PartView
     action: str
-    """kept, truncated, masked, evicted, synthesized or dropped; summarised or cleared when a
-    record hides the message."""
+    """kept, truncated, masked, deduplicated, evicted, synthesized or dropped; summarised or
+    cleared when a record hides the message."""
     tokens_before: int
     tokens_after: int
     ref: str | None

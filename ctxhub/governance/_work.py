@@ -246,6 +246,9 @@ class Work:
     window_tokens: int
     landmarks: Landmarks
     """Where the window's landmarks are (collected as the history grew)."""
+    duplicates: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    """(position, part) of each older copy of a repeated output → (position, part) of the
+    newest copy (see ``steps.dedupe``)."""
     carried: Carry | None = None
     """What the previous call on the history this one extends worked out (see ``Carry``)."""
     messages: list[ModelMessage | None] = field(init=False)

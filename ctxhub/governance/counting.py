@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from hashlib import blake2b
 from operator import attrgetter
 from typing import Any
 
@@ -175,6 +176,8 @@ class MessageFacts:
     """Tokens of the largest part."""
     outputs: tuple[int, ...] = ()
     """Part numbers of the ordinary tool outputs (not framework returns)."""
+    output_digests: tuple[str, ...] = ()
+    """For each of ``outputs``, what makes two outputs the same (see ``output_digest``)."""
     aborted: bool = False
     """A turn-aborted marker: an interrupted request or a ``<turn_aborted>`` user prompt."""
     maskable: frozenset[int] = frozenset()
@@ -245,6 +248,7 @@ class MessageFacts:
                 only_results=_typed(get("only_results", False), bool),
                 largest=_typed(get("largest", 0), int),
                 outputs=tuple(get("outputs", ())),
+                output_digests=tuple(get("output_digests", ())),
                 aborted=_typed(get("aborted", False), bool),
                 maskable=frozenset(get("maskable", ())),
                 notice=_typed(get("notice", False), bool),
@@ -260,7 +264,7 @@ class MessageFacts:
         return facts
 
 
-_LISTS = ("call_ids", "result_ids", "outputs")
+_LISTS = ("call_ids", "result_ids", "outputs", "output_digests")
 _SETS = ("tool_names", "maskable")
 _SCALARS = (
     "user_prompt",
@@ -342,6 +346,7 @@ def _compute_facts(
     )
     omitted = window_notice(message)
     outputs = tuple(n for n, p in enumerate(parts) if type(p) is ToolReturnPart)
+    digests = tuple(output_digest(parts[n]) for n in outputs)
     return MessageFacts(
         request=True,
         tokens=tokens,
@@ -359,12 +364,20 @@ def _compute_facts(
         aborted=is_turn_aborted(message),
         largest=max(counts, default=0),
         outputs=outputs,
+        output_digests=digests,
         maskable=frozenset(n for n in outputs if not _written(parts[n])),
         notice=omitted is not None,
         omitted=omitted or 0,
         instructions=message.instructions is not None,
         timestamp=request_timestamp(message),
     )
+
+
+def output_digest(part: Part) -> str:
+    """What makes two tool outputs the same: the tool and the exact text the model reads."""
+    assert isinstance(part, ToolReturnPart)
+    text = f"{part.tool_name}\0{part.model_response_str()}"
+    return blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 def request_timestamp(message: ModelRequest) -> datetime:

@@ -26,6 +26,7 @@ from .counting import MessageFacts, message_facts
 from .policy import Policy
 from .report import ContextReport, StepName
 from .reporting import Detail, PartTotals, ReportCache, build_report
+from .steps.dedupe import dedupe
 from .steps.drop_groups import drop_groups
 from .steps.mask import mask, masked_count
 from .steps.normalize import Normalized, Pairing, normalize
@@ -206,6 +207,7 @@ def govern(
         window_tokens=window_tokens,
         landmarks=landmarks,
         carried=prepared.extends.carry if prepared.extends is not None else None,
+        duplicates=_duplicates(prepared, normalized) if policy.dedupe.enabled else {},
     )
     prepared.extends = None
     steps: list[tuple[StepName, Detail]] = []
@@ -286,6 +288,10 @@ class _Prepared:
     """Input indices of the first and last requests holding a tool output (None: none)."""
     calls_at: tuple[int, int] | None
     """Input indices of the first and last responses making a tool call (None: none)."""
+    newest_output: dict[str, int]
+    """Output digest → input index of the newest request holding that output."""
+    older_copies: list[tuple[int, str]]
+    """(input index, digest) of each output the same tool returned again later."""
     tokens: int
     """Tokens of all the messages."""
     reports: ReportCache
@@ -475,10 +481,12 @@ def _prepared(
             previous.calls_at,
         )
         tokens, reports, totals = previous.tokens, previous.reports, previous.totals
+        newest_output, older_copies = dict(previous.newest_output), list(previous.older_copies)
     else:
         system_at, aborted_at, notices_at, latest_call = [], [], [], {}
         first_text, outputs_at, calls_at = None, None, None
         tokens, reports, totals = 0, ReportCache(), PartTotals()
+        newest_output, older_copies = {}, []
     for position in range(known, len(facts)):
         fact = facts[position]
         tokens += fact.tokens
@@ -491,6 +499,11 @@ def _prepared(
         if fact.request:
             if fact.outputs:
                 outputs_at = (position if outputs_at is None else outputs_at[0], position)
+            for digest in fact.output_digests:
+                older = newest_output.get(digest)
+                if older is not None:
+                    older_copies.append((older, digest))
+                newest_output[digest] = position
         else:
             for name in fact.tool_names:
                 latest_call[name] = position
@@ -512,6 +525,8 @@ def _prepared(
         first_text,
         outputs_at,
         calls_at,
+        newest_output,
+        older_copies,
         tokens,
         reports,
         totals.extended(facts),
@@ -561,6 +576,44 @@ def _landmarks(prepared: _Prepared, normalized: Normalized) -> Landmarks:
     )
 
 
+def _duplicates(
+    prepared: _Prepared, normalized: Normalized
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """(position, part) of each older copy of a repeated output → (position, part) of its
+    newest copy, in the repaired history."""
+    found: dict[tuple[int, int], tuple[int, int]] = {}
+    facts = normalized.facts
+    # A late result pair repair moved sits in the request after its call, not at its index.
+    moved_to = {
+        index: position
+        for position, parts in normalized.moved.items()
+        for index, _ in parts.values()
+    }
+
+    def located(index: int, digest: str) -> tuple[int, int] | None:
+        for position in (normalized.position_of(index), moved_to.get(index)):
+            if position is not None:
+                number = _output_part(facts[position], digest)
+                if number is not None:
+                    return position, number
+        return None
+
+    for index, digest in prepared.older_copies:
+        older = located(index, digest)
+        newest = located(prepared.newest_output[digest], digest)
+        if older is not None and newest is not None and older[0] != newest[0]:
+            found[older] = newest
+    return found
+
+
+def _output_part(fact: MessageFacts, digest: str) -> int | None:
+    """The part number of the output with ``digest`` in a message (None: it holds none)."""
+    for number, candidate in zip(fact.outputs, fact.output_digests, strict=True):
+        if candidate == digest:
+            return number
+    return None
+
+
 def _current_turn(normalized: Normalized) -> tuple[int, int | None]:
     """Start of the current turn and position of the latest user request, if any.
 
@@ -597,6 +650,10 @@ def _budget_steps(work: Work, steps: list[tuple[StepName, Detail]]) -> None:
     if policy.drop_groups and work.exact_over():
         dropped = drop_groups(work)
         steps.append(("drop_groups", f"{dropped} iteration groups dropped"))
+    if work.duplicates:
+        referenced = dedupe(work)
+        if referenced:
+            steps.append(("dedupe", f"{referenced} repeated outputs replaced by a reference"))
     if policy.shrink_newest and work.exact_over():
         shrunk = shrink(work)
         steps.append(("shrink", f"{shrunk} outputs shrunk"))

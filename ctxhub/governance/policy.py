@@ -116,6 +116,16 @@ class Masking(_Model):
         return bool(self.keep_first or self.keep_last)
 
 
+class Dedupe(_Model):
+    """Repeated reads: an older copy of an output the same tool returned again is replaced by a
+    reference to the newest copy (which is sent whole), losing nothing."""
+
+    enabled: bool = True
+    min_tokens: int = Field(
+        default=200, ge=0, description="Outputs of at most this many tokens are left alone."
+    )
+
+
 class Threshold(_Model):
     """A size: a number of messages, of tokens, or a fraction of the context window."""
 
@@ -214,6 +224,7 @@ class Policy(_Model):
     text: Truncation = Truncation(limit=20_000, strategy="both")
     eviction: Eviction = Eviction()
     masking: Masking = Masking()
+    dedupe: Dedupe = Dedupe()
     window: Window = Window()
     drop_groups: bool = True
     shrink_newest: bool = Field(

@@ -7,8 +7,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 Zone = Literal["head", "middle", "tail", "pinned"]
-Action = Literal["kept", "truncated", "masked", "evicted", "dropped", "synthesized"]
-StepName = Literal["normalize", "evict", "truncate", "mask", "window", "drop_groups", "shrink"]
+Action = Literal["kept", "truncated", "masked", "deduplicated", "evicted", "dropped", "synthesized"]
+StepName = Literal[
+    "normalize", "evict", "truncate", "mask", "window", "drop_groups", "dedupe", "shrink"
+]
 
 
 class _Model(BaseModel):

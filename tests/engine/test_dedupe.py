@@ -1,0 +1,87 @@
+"""Repeated reads: an older copy of an output the same tool returned again becomes a reference
+to the newest copy, which is sent whole."""
+
+from __future__ import annotations
+
+from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user, _words
+from pydantic_ai.messages import ModelMessage, ToolReturnPart
+
+from ctxhub.governance import Policy, govern
+from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.steps.normalize import pairing_problems
+from ctxhub.governance.tokens import tokenizer_for
+
+FILE = _words(800, "config")
+
+
+def _rereads() -> list[ModelMessage]:
+    history: list[ModelMessage] = [_user("fix the config", system="be careful"), _text("ok")]
+    for n in range(3):
+        history += [
+            _user(f"check again {n}"),
+            _call("read_file", id=f"r{n}", path="settings.yaml"),
+            _ret("read_file", FILE, id=f"r{n}"),
+            _call("run", id=f"t{n}"),
+            _ret("run", _words(300, f"run{n}"), id=f"t{n}"),
+            _text(f"checked {n}"),
+        ]
+    return history
+
+
+def _outputs(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    return [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+
+
+def test_older_copies_become_references_to_the_newest() -> None:
+    history = _rereads()
+    governed = govern(history, _tight(1_000_000, **_off(dedupe={"enabled": True})), model=MODEL)
+    reads = [p for p in _outputs(governed.messages) if p.tool_name == "read_file"]
+    assert [p.content for p in reads[:2]] == [
+        "[same output as the later read_file call r2 — ~{} tokens]".format(
+            next(
+                part.tokens_before
+                for m in governed.report.messages
+                for part in m.parts
+                if part.action == "deduplicated"
+            )
+        )
+    ] * 2
+    assert reads[2].content == FILE
+    # Different outputs of the same tool stay.
+    runs = [p for p in _outputs(governed.messages) if p.tool_name == "run"]
+    assert [p.content for p in runs] == [_words(300, f"run{n}") for n in range(3)]
+    actions = [p.action for m in governed.report.messages for p in m.parts]
+    assert actions.count("deduplicated") == 2
+    assert "dedupe" in [s.step for s in governed.report.steps]
+    assert governed.tokens_after < governed.tokens_before
+    assert pairing_problems(governed.messages) == []
+    assert govern(governed.messages, governed_policy(), model=MODEL).messages == governed.messages
+
+
+def governed_policy() -> Policy:
+    return _tight(1_000_000, **_off(dedupe={"enabled": True}))
+
+
+def test_a_copy_is_not_referenced_when_the_newest_is_not_sent_whole() -> None:
+    history = _rereads()
+    # The newest copy is masked (keep only the last result whole): the older copies stay.
+    policy = _tight(1_000_000, **_off(masking={"keep_first": 0, "keep_last": 1, "apply": "always"}))
+    governed = govern(history, policy, model=MODEL)
+    assert "deduplicated" not in [p.action for m in governed.report.messages for p in m.parts]
+
+
+def test_small_outputs_and_a_disabled_dedupe_are_left_alone() -> None:
+    history = _rereads()
+    off = govern(history, _tight(1_000_000, **_off(dedupe={"enabled": False})), model=MODEL)
+    assert off.messages == history
+    high = _tight(1_000_000, **_off(dedupe={"enabled": True, "min_tokens": 5_000}))
+    assert govern(history, high, model=MODEL).messages == history
+
+
+def test_stored_facts_carry_the_digests() -> None:
+    tokenizer = tokenizer_for(MODEL)
+    facts = [message_facts(m, tokenizer) for m in _rereads()]
+    stored = [MessageFacts.from_json(f.to_json()) for f in facts]
+    assert stored == facts
+    governed = govern(_rereads(), governed_policy(), model=MODEL, facts=stored)
+    assert [p.action for m in governed.report.messages for p in m.parts].count("deduplicated") == 2

@@ -417,6 +417,7 @@ def _partition_policy(
         text={"limit": None},
         eviction={"threshold_tokens": None},
         masking={"keep_first": 0, "keep_last": 0},
+        dedupe={"enabled": False},
         drop_groups=False,
         shrink_newest=False,
     )

@@ -10,6 +10,7 @@ caller that does edit a message in place.
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_core import to_jsonable_python
 
 from .tokens import (
     MEDIA_TOKENS,
@@ -376,8 +378,15 @@ def _compute_facts(
 def output_digest(part: Part) -> str:
     """What makes two tool outputs the same: the tool and the exact text the model reads."""
     assert isinstance(part, ToolReturnPart)
-    text = f"{part.tool_name}\0{part.model_response_str()}"
-    return blake2b(text.encode(), digest_size=12).hexdigest()
+    content = part.content
+    # Structured content with its keys sorted: a stored copy (a JSON column may reorder keys)
+    # is the same output as the original.
+    text = (
+        content
+        if isinstance(content, str)
+        else json.dumps(to_jsonable_python(content), sort_keys=True, ensure_ascii=False)
+    )
+    return blake2b(f"{part.tool_name}\0{text}".encode(), digest_size=12).hexdigest()
 
 
 def request_timestamp(message: ModelRequest) -> datetime:

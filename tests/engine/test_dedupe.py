@@ -85,3 +85,14 @@ def test_stored_facts_carry_the_digests() -> None:
     assert stored == facts
     governed = govern(_rereads(), governed_policy(), model=MODEL, facts=stored)
     assert [p.action for m in governed.report.messages for p in m.parts].count("deduplicated") == 2
+
+
+def test_structured_outputs_are_the_same_whatever_their_key_order() -> None:
+    report = {"passed": 41, "failed": 1, "log": _words(400, "trace")}
+    reordered = {"log": report["log"], "failed": 1, "passed": 41}
+    history: list[ModelMessage] = [_user("run the tests", system="be careful"), _text("ok")]
+    history += [_call("run_tests", id="t1"), _ret("run_tests", report, id="t1"), _text("1 fails")]
+    history += [_user("again"), _call("run_tests", id="t2"), _ret("run_tests", reordered, id="t2")]
+    governed = govern(history, governed_policy(), model=MODEL)
+    actions = [p.action for m in governed.report.messages for p in m.parts]
+    assert actions.count("deduplicated") == 1

@@ -61,12 +61,23 @@ def _corpus(rng: random.Random, size: int = 1_500_000) -> str:
 class HistoryGenerator:
     """Messages of one synthetic session, reproducible from ``seed``."""
 
-    def __init__(self, seed: int = 0, output_bytes: tuple[int, int] = (2_000, 60_000)) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        output_bytes: tuple[int, int] = (2_000, 60_000),
+        *,
+        call_ids: str = "call",
+        first_turn: int = 0,
+    ) -> None:
         self.rng = random.Random(seed)
         self.output_bytes = output_bytes
         self.corpus = _corpus(self.rng)
         self.calls = 0
         self.clock = _START
+        self.call_ids = call_ids
+        """Prefix of the call ids, so a second session's messages can follow a first's."""
+        self.first_turn = first_turn
+        """Number of the first turn (turn 0 opens with the system prompt)."""
 
     def _tick(self) -> datetime:
         self.clock += timedelta(seconds=self.rng.randint(1, 30))
@@ -90,7 +101,7 @@ class HistoryGenerator:
                 ToolCallPart(
                     self.rng.choice(TOOLS),
                     {"path": f"src/module_{self.rng.randint(1, 400)}.py"},
-                    tool_call_id=f"call_{self._next_call()}",
+                    tool_call_id=f"{self.call_ids}_{self._next_call()}",
                 )
                 for _ in range(self.rng.randint(1, 3))
             ]
@@ -117,7 +128,7 @@ class HistoryGenerator:
 
     def messages(self) -> Iterator[ModelMessage]:
         """An endless stream of messages, turn after turn."""
-        number = 0
+        number = self.first_turn
         while True:
             yield from self.turn(number)
             number += 1

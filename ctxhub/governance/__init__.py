@@ -7,6 +7,7 @@ No Django, no Celery, no I/O: agents can use it without the hub.
 >>> governed.report     # budget, tokens, zone of every message, action on every part
 """
 
+from .caches import memory
 from .capability import ContextGovernor
 from .counting import count_tokens
 from .govern import Governed, govern, tool_definition_tokens
@@ -34,6 +35,7 @@ __all__ = [
     "Zone",
     "count_tokens",
     "govern",
+    "memory",
     "read_evicted",
     "tool_definition_tokens",
 ]

@@ -10,7 +10,7 @@ never touches the thousands of old messages the window will drop anyway. This ke
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import and_, attrgetter, eq, ge, is_
@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from .caches import memory
 from .counting import MARK as MARK
 from .counting import MessageFacts, Part, cached_part_tokens, message_cache, part_cache
 from .policy import Policy, Truncation
@@ -234,7 +235,7 @@ class Work:
     base: Messages
     """The normalised messages; read only at positions governance sends or changes."""
     facts: list[MessageFacts]
-    index: list[int | None]
+    index: Sequence[int | None]
     origins: dict[int, list[int | None]]
     removed: dict[int, list[int]]
     token_ids: dict[int, tuple[str, list[int]]]
@@ -251,6 +252,8 @@ class Work:
     newest copy (see ``steps.dedupe``)."""
     carried: Carry | None = None
     """What the previous call on the history this one extends worked out (see ``Carry``)."""
+    carried_shared: int | None = None
+    """How many leading ``facts`` are known to be the carried ones (None: compare them)."""
     messages: list[ModelMessage | None] = field(init=False)
     """The governed version of each position; None where it is the base message."""
     tokens: array[int] = field(init=False)
@@ -304,7 +307,9 @@ class Work:
             self.base_total = sum(base)
         else:
             # Counts before caps are the facts'; the shared beginning is carried whole.
-            same = common_prefix(carried.facts, self.facts)
+            same = self.carried_shared
+            if same is None:
+                same = common_prefix(carried.facts, self.facts)
             base = carried.base_tokens[:same]
             base.extend(map(_TOKENS, self.facts[same:]))
             self.base_total = (
@@ -796,14 +801,13 @@ _TOKENS = attrgetter("tokens")
 _UNKNOWN = (-1,)
 _NONE = (0,)
 
-_CAP_KEYS: dict[tuple[Any, ...], int] = {}
-
 
 def _cap_key(policy: Policy, encoding: str) -> int:
     """A small int standing for the settings that decide a message's governed version."""
     # Hashing the settings (pydantic models) costs more than the rest of a warm call's set-up,
     # so the key is remembered per policy object (kept alive with it; policies are few).
-    known = _CAP_KEYS_BY_POLICY.get((id(policy), encoding))
+    by_policy = memory.cap_keys_by_policy
+    known = by_policy.get((id(policy), encoding))
     if known is not None and known[0] is policy:
         return known[1]
     settings = (
@@ -813,14 +817,11 @@ def _cap_key(policy: Policy, encoding: str) -> int:
         policy.eviction,
         policy.window.protected_tools,
     )
-    key = _CAP_KEYS.setdefault(settings, len(_CAP_KEYS))
-    if len(_CAP_KEYS_BY_POLICY) >= 64:
-        _CAP_KEYS_BY_POLICY.clear()
-    _CAP_KEYS_BY_POLICY[(id(policy), encoding)] = (policy, key)
+    key = memory.cap_keys.setdefault(settings, len(memory.cap_keys))
+    if len(by_policy) >= 64:
+        by_policy.clear()
+    by_policy[(id(policy), encoding)] = (policy, key)
     return key
-
-
-_CAP_KEYS_BY_POLICY: dict[tuple[int, str], tuple[Policy, int]] = {}
 
 
 def rebuilt(message: ModelMessage, parts: list[Part]) -> ModelMessage:

@@ -4,14 +4,13 @@ Governance runs before every model request, on a history that grows by a few mes
 request. Tokenising it all again each time would cost O(total). Messages and parts are treated
 as immutable values once they are in a history (pydantic-ai never edits a finished message), so
 what we learn about one is cached against the object itself, weakly: the entry disappears with
-the object. A cheap fingerprint (identity of the content and part list) guards against the rare
-caller that does edit a message in place.
+the object (see ``memory``). A cheap fingerprint (identity of the content and part list) guards
+against the rare caller that does edit a message in place.
 """
 
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +34,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_core import to_jsonable_python
 
+from .caches import memory
 from .tokens import (
     MEDIA_TOKENS,
     MESSAGE_OVERHEAD,
@@ -52,37 +52,8 @@ MARK = "ctxhub"
 """Metadata key on parts and messages governance wrote, so governing again leaves them be."""
 
 
-class IdentityCache:
-    """Values attached to objects by identity, dropped when the object is garbage collected."""
-
-    __slots__ = ("_entries",)
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[Any], object, dict[Any, Any]]] = {}
-
-    def slot(self, obj: object, fingerprint: object) -> dict[Any, Any]:
-        """The dict of cached values for ``obj``; emptied when its fingerprint changed."""
-        key = id(obj)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is obj and entry[1] == fingerprint:
-            return entry[2]
-        values: dict[Any, Any] = {}
-        entries = self._entries
-
-        def forget(_: weakref.ref[Any], key: int = key) -> None:
-            current = entries.get(key)
-            if current is not None and current[0]() is None:
-                del entries[key]
-
-        self._entries[key] = (weakref.ref(obj, forget), fingerprint, values)
-        return values
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-_PARTS = IdentityCache()
-_MESSAGES = IdentityCache()
+_PARTS = memory.parts
+_MESSAGES = memory.messages
 
 
 def _part_fingerprint(part: Part) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_json
 
 from ._work import Carry, Landmarks, Messages, Work
+from .caches import memory
 from .counting import MessageFacts, message_facts
 from .policy import Policy
 from .report import ContextReport, StepName
@@ -151,7 +152,7 @@ def govern(
         source = messages
     # Outputs tokenised by earlier calls but not truncated yet (the current turn's, which
     # truncation scope "older" leaves whole until the turn ends) are truncated from their ids.
-    for key, entry in _IDS.get(tokenizer.encoding_name, {}).items():
+    for key, entry in memory.token_ids.get(tokenizer.encoding_name, {}).items():
         token_ids.setdefault(key, entry)
     input_facts = prepared.facts
 
@@ -182,15 +183,23 @@ def govern(
         budget = min(budget, policy.history_cap_tokens)
     budget = max(budget, 0)
 
+    extends = prepared.extends
     normalized = normalize(
-        source, input_facts, tokenizer, policy.dangling_call_text, prepared.pairing
+        source,
+        input_facts,
+        tokenizer,
+        policy.dangling_call_text,
+        prepared.pairing,
+        extends.normalized if extends is not None else None,
     )
+    prepared.normalized = normalized
     turn_start, latest_prompt = _current_turn(normalized)
     pinned_indices = (i for i in pinned if 0 <= i < len(input_facts))
     pinned_positions = frozenset(
         p for p in map(normalized.position_of, pinned_indices) if p is not None
     )
     landmarks = _landmarks(prepared, normalized)
+    carried = extends.carry if extends is not None else None
     work = Work(
         policy=policy,
         tokenizer=tokenizer,
@@ -206,15 +215,22 @@ def govern(
         latest_prompt=latest_prompt,
         window_tokens=window_tokens,
         landmarks=landmarks,
-        carried=prepared.extends.carry if prepared.extends is not None else None,
+        carried=carried,
+        carried_shared=(
+            normalized.shared
+            if carried is not None
+            and extends is not None
+            and extends.normalized is not None
+            and carried.facts is extends.normalized.facts
+            else None
+        ),
         duplicates=_duplicates(prepared, normalized) if policy.dedupe.enabled else {},
     )
     prepared.extends = None
     steps: list[tuple[StepName, Detail]] = []
     if normalized.changed:
-        synthesized = sum(o.count(None) for o in normalized.origins.values())
-        orphans = sum(len(r) for r in normalized.removed.values())
-        steps.append(("normalize", f"{synthesized} results synthesized, {orphans} orphans removed"))
+        # Counting walks every repaired message: left to the report.
+        steps.append(("normalize", lambda: _repairs(normalized)))
     if policy.eviction.enabled:
         steps.append(("evict", ""))
     if policy.tool_output.enabled or policy.text.enabled:
@@ -222,7 +238,7 @@ def govern(
     _budget_steps(work, steps)
     output = _assemble(work)
     prepared.carry = work.carry()
-    _IDS[tokenizer.encoding_name] = _newest_ids(token_ids)
+    memory.token_ids[tokenizer.encoding_name] = _newest_ids(token_ids)
     if instructions is not None:
         out_instructions: str | None = instructions
     elif instructions_text is None:
@@ -270,9 +286,9 @@ class _Prepared:
 
     messages: list[ModelMessage] | None
     """The messages (None when the caller gave their facts and loads messages on demand)."""
-    parts: list[Sequence[Any]] | None
-    """Each message's parts list as seen, to notice a message edited in place."""
-    sizes: list[int] | None
+    tail: list[tuple[Sequence[Any], int]] | None
+    """The parts list and its length of each of the last ``_EDITABLE`` messages, as seen, to
+    notice one edited in place."""
     facts: list[MessageFacts]
     pairing: Pairing
     instructions_at: int | None
@@ -300,25 +316,34 @@ class _Prepared:
     """Prefix sums of the messages' parts and part tokens, for the report."""
     carry: Carry | None = None
     """What the last call on this history governed, for the next call to reuse."""
+    normalized: Normalized | None = None
+    """The last call's pair repair of this history, for the next call to take up."""
     extends: _Prepared | None = None
     """The remembered history this one extends (only until this one's call is done)."""
 
 
-# The histories governed last, per encoding, most recent first: an agent governs the same list
-# plus a message or two before every request, so the shared prefix is recognised by identity (a
-# few C-level passes) and only the new messages are looked at. Two entries let an agent's
-# history survive one other history governed in between (a dashboard, another session); more
-# would keep more histories, with all their text, alive. A history that extends none of them
-# (shrunk, reordered, a message replaced or its parts list changed) is prepared from scratch.
-_LAST: dict[str, list[_Prepared]] = {}
+# The histories governed last (``memory.histories``), per encoding, most recent first: an
+# agent governs the same list plus a message or two before every request, so the shared prefix
+# is recognised by identity (a few C-level passes) and only the new messages are looked at. Two
+# entries let an agent's history survive one other history governed in between (a dashboard,
+# another session); more would keep more histories, with all their text, alive. A history that
+# extends none of them (shrunk, reordered, a message replaced, or one of its last messages given
+# another parts list) is prepared from scratch.
 _KEEP_LAST = 2
 
+# How many of a remembered history's last messages are checked for an edit in place. An agent
+# run edits only its latest request (pydantic-ai adds instructions and capability parts to it);
+# an older message changes by being replaced, which the identity check sees. Reading every
+# message's parts list instead would cost a pass over the history's objects on every call; a
+# caller that does edit an older message in place calls ``memory.clear()``.
+_EDITABLE = 16
 
-# Token ids of long texts not truncated yet, per encoding, newest first: the current turn's
-# outputs are tokenised when they arrive and truncated only once a later turn makes them older,
-# a call or several later. Truncating takes an entry out; the oldest go first beyond the cap
-# (ids are Python ints, about 36 bytes a token, so 1M tokens hold about 36 MB).
-_IDS: dict[str, dict[int, tuple[str, list[int]]]] = {}
+
+# Token ids of long texts not truncated yet (``memory.token_ids``), per encoding, newest
+# first: the current turn's outputs are tokenised when they arrive and truncated only once a
+# later turn makes them older, a call or several later. Truncating takes an entry out; the
+# oldest go first beyond the cap (ids are Python ints, about 36 bytes a token, so 1M tokens hold
+# about 36 MB).
 _KEEP_IDS_TOKENS = 1_000_000
 
 
@@ -360,11 +385,9 @@ def _newest_ids(
 # see ``Work.seed``).
 
 
-def _extends(
-    previous: _Prepared, messages: list[ModelMessage], parts: list[Any], sizes: list[int]
-) -> bool:
-    """Whether ``messages`` (with these parts lists and sizes) begins with ``previous``'s."""
-    if previous.messages is None or previous.parts is None or previous.sizes is None:
+def _extends(previous: _Prepared, messages: list[ModelMessage]) -> bool:
+    """Whether ``messages`` begins with ``previous``'s, its last messages not edited since."""
+    if previous.messages is None or previous.tail is None:
         return False
     size = len(previous.messages)
     if size > len(messages):
@@ -374,9 +397,13 @@ def _extends(
     return (
         previous.messages[-1] is messages[size - 1]
         and _starts_with(messages, previous.messages)
-        and _starts_with(parts, previous.parts)
-        and _starts_with(sizes, previous.sizes)
+        and _tail(messages[max(size - _EDITABLE, 0) : size]) == previous.tail
     )
+
+
+def _tail(messages: list[ModelMessage]) -> list[tuple[Sequence[Any], int]]:
+    """Each message's parts list and its length."""
+    return [(message.parts, len(message.parts)) for message in messages]
 
 
 def _extends_facts(previous: _Prepared, facts: list[MessageFacts]) -> bool:
@@ -421,18 +448,13 @@ def _prepare(
             room[0] -= len(ids)
 
     held = list(messages)
-    # Each message's parts list and its length: a message edited in place (its parts list
-    # replaced or grown) no longer matches what was remembered of it.
-    parts = [message.parts for message in held]
-    sizes = list(map(len, parts))
-    recent = _LAST.setdefault(tokenizer.encoding_name, [])
-    previous = _longest(c for c in recent if _extends(c, held, parts, sizes))
+    recent: list[_Prepared] = memory.histories.setdefault(tokenizer.encoding_name, [])
+    previous = _longest(c for c in recent if _extends(c, held))
     known = len(previous.facts) if previous is not None else 0
-    facts: list[MessageFacts] = [None] * len(held)  # type: ignore[list-item]
-    if previous is not None:
-        facts[:known] = previous.facts
-    for position in range(len(held) - 1, known - 1, -1):
-        facts[position] = message_facts(held[position], tokenizer, sink)
+    # Newest first, so the token ids kept for truncation are the newest outputs'.
+    new = [message_facts(held[p], tokenizer, sink) for p in range(len(held) - 1, known - 1, -1)]
+    facts = previous.facts.copy() if previous is not None else []
+    facts.extend(reversed(new))
     # Read from the messages, not their cached facts: an agent run sets a request's
     # instructions after the request is in the history.
     instructions_at = previous.instructions_at if previous is not None else None
@@ -440,19 +462,19 @@ def _prepare(
         message = held[position]
         if isinstance(message, ModelRequest) and message.instructions is not None:
             instructions_at = position
-    return _prepared(recent, previous, facts, instructions_at, held, parts, sizes)
+    return _prepared(recent, previous, facts, instructions_at, held, _tail(held[-_EDITABLE:]))
 
 
 def _prepare_stored(facts: Sequence[MessageFacts], tokenizer: Tokenizer) -> _Prepared:
     """``_prepare`` from facts the caller holds: the messages are not read."""
     held = list(facts)
-    recent = _LAST.setdefault(tokenizer.encoding_name, [])
+    recent: list[_Prepared] = memory.histories.setdefault(tokenizer.encoding_name, [])
     previous = _longest(c for c in recent if _extends_facts(c, held))
     instructions_at = previous.instructions_at if previous is not None else None
     for position in range(len(previous.facts) if previous is not None else 0, len(held)):
         if held[position].instructions:
             instructions_at = position
-    return _prepared(recent, previous, held, instructions_at, None, None, None)
+    return _prepared(recent, previous, held, instructions_at, None, None)
 
 
 def _longest(candidates: Iterable[_Prepared]) -> _Prepared | None:
@@ -466,8 +488,7 @@ def _prepared(
     facts: list[MessageFacts],
     instructions_at: int | None,
     messages: list[ModelMessage] | None,
-    parts: list[Sequence[Any]] | None,
-    sizes: list[int] | None,
+    tail: list[tuple[Sequence[Any], int]] | None,
 ) -> _Prepared:
     """The pass over ``facts`` extended from ``previous``'s, remembered in ``recent``."""
     known = len(previous.facts) if previous is not None else 0
@@ -513,8 +534,7 @@ def _prepared(
                 first_text = position
     prepared = _Prepared(
         messages,
-        parts,
-        sizes,
+        tail,
         facts,
         pairing,
         instructions_at,
@@ -530,8 +550,7 @@ def _prepared(
         tokens,
         reports,
         totals.extended(facts),
-        None,
-        previous,
+        extends=previous,
     )
     # The history extended is superseded by this one; the others stay, newest first.
     recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]
@@ -634,6 +653,13 @@ def _current_turn(normalized: Normalized) -> tuple[int, int | None]:
                 earlier -= 1
             return start, position
     return 0, None
+
+
+def _repairs(normalized: Normalized) -> str:
+    """What pair repair did, in a step's words."""
+    synthesized = sum(o.count(None) for o in normalized.origins.values())
+    orphans = sum(len(r) for r in normalized.removed.values())
+    return f"{synthesized} results synthesized, {orphans} orphans removed"
 
 
 def _budget_steps(work: Work, steps: list[tuple[StepName, Detail]]) -> None:

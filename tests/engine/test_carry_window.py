@@ -30,7 +30,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ctxhub.governance import Governed, Policy, govern
+from ctxhub.governance import Governed, Policy, govern, memory
 from ctxhub.governance.counting import MessageFacts, message_facts
 from ctxhub.governance.steps.normalize import Pairing
 from ctxhub.governance.tokens import tokenizer_for
@@ -177,7 +177,7 @@ def test_a_stored_long_history_grown_message_by_message_governs_as_a_cold_one() 
     assert carried > 30
 
 
-def test_a_long_history_edited_deep_in_place_is_prepared_again() -> None:
+def test_a_long_history_edited_deep_in_place_is_prepared_again_once_memory_is_cleared() -> None:
     policy = POLICIES["budget"]
     history = _session(seed=5, size=260)
     for size in range(240, len(history) + 1):
@@ -185,11 +185,13 @@ def test_a_long_history_edited_deep_in_place_is_prepared_again() -> None:
     # A message the window dropped long ago: its parts list grown, then replaced, in place.
     old = history[7]
     old.parts.append(UserPromptPart(_words(300, "grown"), timestamp=T0))
+    memory.clear()
     with _carried_lengths() as seen:
         after = govern(history, policy, model=MODEL)
     assert seen == [0]
     _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
     old.parts = [UserPromptPart("replaced", timestamp=T0)]
+    memory.clear()
     with _carried_lengths() as seen:
         again = govern(history, policy, model=MODEL)
     assert seen == [0]

@@ -30,7 +30,8 @@ from pydantic_ai.messages import (
 )
 from test_properties import histories, policies
 
-from ctxhub.governance import Governed, Policy, govern
+from ctxhub.governance import Governed, Policy, govern, memory
+from ctxhub.governance.govern import _EDITABLE
 from ctxhub.governance.steps.normalize import Pairing
 from ctxhub.governance.tokens import Tokenizer
 
@@ -44,6 +45,7 @@ OPERATIONS = (
     "edit",
     "swap",
     "parts",
+    "parts deep",
 )
 
 
@@ -106,9 +108,12 @@ def _step(
         changed = list(history)
         changed[i], changed[j] = changed[j], changed[i]
         return changed, False
-    if operation == "parts" and history:
-        # The same message object, its parts list replaced in place by one as long.
-        at = data.draw(st.integers(0, len(history) - 1))
+    if operation in ("parts", "parts deep") and history:
+        # The same message object, its parts list replaced in place by one as long: one of the
+        # last messages (as an agent run edits its latest request), or any message, after
+        # which the caller clears governance's memory.
+        lowest = 0 if operation == "parts deep" else max(len(history) - _EDITABLE, 0)
+        at = data.draw(st.integers(lowest, len(history) - 1))
         message = history[at]
         last: Any = (
             UserPromptPart("replaced " * 30, timestamp=T0)
@@ -116,6 +121,8 @@ def _step(
             else TextPart("replaced " * 30)
         )
         message.parts = [*message.parts[:-1], last] if message.parts else []
+        if operation == "parts deep":
+            memory.clear()
         return list(history), False
     return list(history), False
 
@@ -163,13 +170,35 @@ def test_governing_again_after_a_cold_copy_still_extends() -> None:
     _same(warm, govern(copy.deepcopy(history), policy, model=MODEL))
 
 
-def test_an_edited_message_in_place_is_not_served_stale() -> None:
+def test_a_latest_message_edited_in_place_is_not_served_stale() -> None:
+    # An agent run edits its latest request in place (instructions, capability parts).
+    policy = Policy(context_window=4_000, reserved_output_tokens=0)
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
+    ]
+    before = govern(history, policy, model=MODEL)
+    history[-1].parts.append(UserPromptPart("grown " * 400, timestamp=T0))
+    with _carried_lengths() as seen:
+        after = govern(history, policy, model=MODEL)
+    assert seen == [0]
+    assert after.tokens_before > before.tokens_before
+    _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
+    history[-5].parts = [UserPromptPart("replaced", timestamp=T0)]
+    with _carried_lengths() as seen:
+        again = govern(history, policy, model=MODEL)
+    assert seen == [0]
+    assert again.tokens_before < after.tokens_before
+    _same(again, govern(copy.deepcopy(history), policy, model=MODEL))
+
+
+def test_an_older_message_edited_in_place_is_seen_once_memory_is_cleared() -> None:
     policy = Policy(context_window=4_000, reserved_output_tokens=0)
     history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
     ]
     before = govern(history, policy, model=MODEL)
     history[3].parts.append(UserPromptPart("grown " * 400, timestamp=T0))
+    memory.clear()
     with _carried_lengths() as seen:
         after = govern(history, policy, model=MODEL)
     assert seen == [0]
@@ -262,3 +291,16 @@ def test_an_output_truncated_once_its_turn_is_over_reuses_its_token_ids() -> Non
     assert output not in encoded
     assert warm.messages[2].parts[0].content != output  # type: ignore[union-attr]
     _same(warm, govern(copy.deepcopy(history), policy, model=MODEL))
+
+
+def test_clearing_memory_forgets_everything_and_changes_no_result() -> None:
+    policy = Policy(context_window=4_000, reserved_output_tokens=0)
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
+    ]
+    warm = govern(history, policy, model=MODEL)
+    remembered = (memory.messages, memory.parts, memory.histories, memory.cap_keys)
+    assert all(map(len, remembered))
+    memory.clear()
+    assert not any(map(len, (*remembered, memory.token_ids, memory.cap_keys_by_policy)))
+    _same(warm, govern(history, policy, model=MODEL))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import warnings
 from typing import Any
+from unittest import mock
 
 import pytest
 from engine_builders import (
@@ -32,6 +33,7 @@ from pydantic_ai.messages import (
 
 from ctxhub.governance import Policy, govern
 from ctxhub.governance.counting import message_facts
+from ctxhub.governance.steps import normalize as normalize_module
 from ctxhub.governance.steps.normalize import Pairing, normalize, pairing_problems
 from ctxhub.governance.tokens import tokenizer_for
 
@@ -370,23 +372,28 @@ def test_repairs_survive_the_window_and_group_dropping() -> None:
 
 
 def _normalize_grown(history: list[ModelMessage]) -> list[list[ModelMessage]]:
-    """Normalise every prefix of a history, the pairing carried from one prefix to the next."""
+    """Normalise every prefix of a history, the pairing and the repair carried from one prefix
+    to the next (the repair taken up where it starts to differ), each against a cold one."""
     tokenizer = tokenizer_for(MODEL)
     facts = [message_facts(m, tokenizer) for m in history]
     pairing = Pairing()
+    previous = None
     outputs = []
     for size in range(len(history) + 1):
         pairing = pairing.extended(facts[:size])
-        carried = normalize(history[:size], facts[:size], tokenizer, "stop", pairing)
+        carried = normalize(history[:size], facts[:size], tokenizer, "stop", pairing, previous)
+        previous = carried
         cold = normalize(history[:size], facts[:size], tokenizer, "stop")
         messages = [carried.messages[p] for p in range(len(carried.messages))]
         assert messages == [cold.messages[p] for p in range(len(cold.messages))]
-        assert (carried.index, carried.origins, carried.removed, carried.dropped) == (
-            cold.index,
+        assert carried.facts == cold.facts
+        assert (list(carried.index), carried.origins, carried.removed, carried.dropped) == (
+            list(cold.index),
             cold.origins,
             cold.removed,
             cold.dropped,
         )
+        assert (carried.runs, carried.moved) == (cold.runs, cold.moved)
         for index in range(size):
             position = carried.position_of(index)
             if position is not None:
@@ -401,6 +408,47 @@ def _normalize_grown(history: list[ModelMessage]) -> list[list[ModelMessage]]:
 def test_a_pairing_carried_over_a_growing_history_repairs_as_a_fresh_one(name: str) -> None:
     for messages in _normalize_grown([*BROKEN[name], _text("ok"), _user("more")]):
         assert_provider_valid(messages)
+
+
+def test_a_grown_history_is_repaired_again_only_from_where_its_repair_changes() -> None:
+    # Forty interrupted turns (a call never answered), then a call answered late: taking the
+    # last repair up reads only the sites from the late result's call on.
+    history: list[ModelMessage] = []
+    for n in range(40):
+        history += [_user(f"task {n}"), _call("read", id=f"c{n}")]
+    history += [_user("go on"), _call("read", id="late"), _text("waiting")]
+    tokenizer = tokenizer_for(MODEL)
+    facts = [message_facts(m, tokenizer) for m in history]
+    pairing = Pairing().extended(facts)
+    before = normalize(history, facts, tokenizer, "stop", pairing)
+    grown = [*history, _ret("read", "the late result", id="late"), _user("thanks")]
+    grown_facts = [*facts, *(message_facts(m, tokenizer) for m in grown[-2:])]
+    read: list[int] = []
+    with mock.patch.object(normalize_module, "_answers", _spy(normalize_module._answers, read)):
+        carried = normalize(
+            grown, grown_facts, tokenizer, "stop", pairing.extended(grown_facts), before
+        )
+    assert read == [len(history) - 2]
+    cold = normalize(grown, grown_facts, tokenizer, "stop")
+    assert [carried.messages[p] for p in range(len(carried.messages))] == [
+        cold.messages[p] for p in range(len(cold.messages))
+    ]
+    assert (carried.facts, carried.runs, carried.moved, carried.removed, carried.dropped) == (
+        cold.facts,
+        cold.runs,
+        cold.moved,
+        cold.removed,
+        cold.dropped,
+    )
+    assert carried.moved == {len(history) - 1: {0: (len(history), 0)}}
+
+
+def _spy(function: Any, calls: list[int]) -> Any:
+    def spy(messages: Any, response: int, *args: Any) -> Any:
+        calls.append(response)
+        return function(messages, response, *args)
+
+    return spy
 
 
 def test_normalize_records_where_a_moved_result_came_from() -> None:

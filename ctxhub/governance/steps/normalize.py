@@ -28,9 +28,12 @@ alone.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+from typing import NamedTuple
 
 from pydantic_ai.messages import (
     SYNTHESIZED_TOOL_RETURN_METADATA_KEY,
@@ -95,7 +98,7 @@ class Normalized:
 
     messages: Messages
     facts: list[MessageFacts]
-    index: list[int | None]
+    index: Sequence[int | None]
     """Input index of each message; None for a message added to hold answers."""
     origins: dict[int, list[int | None]]
     """For changed messages: the input part index of each part (None when repair put it there:
@@ -112,6 +115,16 @@ class Normalized:
     moved: dict[int, dict[int, tuple[int, int]]] = field(default_factory=dict)
     """Position → {part number: (input index, part index)} of the late results repair moved
     there; each is also in ``removed`` at its input index."""
+    own: dict[int, ModelMessage] = field(default_factory=dict)
+    """Position → message repair rebuilt or added there."""
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    """Where the pass that made this could be taken up again, in input order (see ``resume``)."""
+    inputs: int = 0
+    """How many input messages were repaired."""
+    text: str = ""
+    """The text of synthetic results."""
+    shared: int | None = None
+    """How many leading ``facts`` are those of the repair this one took up (None: unknown)."""
 
     def position_of(self, index: int) -> int | None:
         """The position of an input message in the repaired history; None if it was dropped."""
@@ -122,6 +135,19 @@ class Normalized:
             return None
         first, position, length = self.runs[at]
         return position + index - first if index < first + length else None
+
+
+class Checkpoint(NamedTuple):
+    """The state of a repair pass before it reaches an input message with nothing pending."""
+
+    site: int
+    """Input index the pass is about to look at."""
+    length: int
+    """Messages in the repaired history so far."""
+    runs: int
+    """Runs recorded so far."""
+    copied: int
+    """Input messages read so far (those before ``site`` not yet in a run are copied next)."""
 
 
 Late = tuple[str, int, int]
@@ -144,35 +170,43 @@ class Pairing:
     open_calls: dict[str, list[int]] = field(default_factory=dict)
     """Call id → the responses whose call with that id no result has answered yet (a response
     repeating an id is listed once per call)."""
-    reused: dict[int, list[str]] = field(default_factory=dict)
-    """Response index → call ids made dangling because a later call reused the id."""
+    unanswered: dict[int, list[str]] = field(default_factory=dict)
+    """Response index → its call ids no result has answered: open ones, and those a later call
+    made dangling by reusing the id (no result can answer them any more)."""
     orphans: dict[int, set[int]] = field(default_factory=dict)
     """Request index → numbers (among its results) of results repair takes out of it: those
     with no open call, and late ones (moved to the request after their call)."""
     late: dict[int, list[Late]] = field(default_factory=dict)
     """Response index → its calls answered late, in the order the answers came."""
+    extends: int = 0
+    """Length of the pairing this one extended."""
+    same_until: int = 0
+    """Repair of the messages before this index is the same as under the pairing this one
+    extended: only responses from here on had a call answered or made dangling."""
 
     def extended(self, facts: Sequence[MessageFacts]) -> Pairing:
         """The pairing after also seeing ``facts[self.length:]``."""
         if len(facts) == self.length:
             return self
         open_calls = dict(self.open_calls)
-        reused = dict(self.reused)
+        unanswered = dict(self.unanswered)
         orphans = dict(self.orphans)
         late = dict(self.late)
+        # The last message seen may now be followed (so its answers go in the next message).
+        same_until = max(self.length - 1, 0)
         for position in range(self.length, len(facts)):
             fact = facts[position]
             if not fact.request:
+                if fact.call_ids:
+                    unanswered[position] = list(fact.call_ids)
                 for call_id in fact.call_ids:
                     earlier = open_calls.get(call_id)
                     if earlier and earlier[-1] == position:
                         # The same id twice in one response: answered in turn.
                         open_calls[call_id] = [*earlier, position]
                         continue
-                    if earlier:
-                        # A reused id: the older open calls can no longer be answered.
-                        for response in earlier:
-                            reused[response] = [*reused.get(response, ()), call_id]
+                    # A reused id: the older open calls (if any) can no longer be answered,
+                    # and stay unanswered, as they were.
                     open_calls[call_id] = [position]
             elif fact.result_ids:
                 for number, call_id in enumerate(fact.result_ids):
@@ -181,28 +215,27 @@ class Pairing:
                         orphans.setdefault(position, set()).add(number)
                         continue
                     response = waiting[0]
+                    same_until = min(same_until, response)
                     if len(waiting) > 1:
                         open_calls[call_id] = waiting[1:]
                     else:
                         del open_calls[call_id]
+                    ids = list(unanswered[response])
+                    ids.remove(call_id)
+                    if ids:
+                        unanswered[response] = ids
+                    else:
+                        del unanswered[response]
                     if response != position - 1:
                         late[response] = [*late.get(response, ()), (call_id, position, number)]
                         orphans.setdefault(position, set()).add(number)
-        return Pairing(len(facts), open_calls, reused, orphans, late)
-
-    def dangling(self) -> dict[int, list[str]]:
-        """Call ids no result will answer, by response index."""
-        dangling = {response: list(ids) for response, ids in self.reused.items()}
-        for call_id, responses in self.open_calls.items():
-            for response in responses:
-                dangling.setdefault(response, []).append(call_id)
-        return dangling
+        return Pairing(len(facts), open_calls, unanswered, orphans, late, self.length, same_until)
 
     def outcome(self) -> tuple[dict[int, list[str]], dict[int, set[int]]]:
         """Call ids repair answers in the request after each response (dangling calls and
         calls answered late), by response index; and the numbers of the results it takes out
         of each request, by request index."""
-        answered = self.dangling()
+        answered = {response: list(ids) for response, ids in self.unanswered.items()}
         for response, moves in self.late.items():
             answered.setdefault(response, []).extend(call_id for call_id, _, _ in moves)
         return answered, self.orphans
@@ -214,129 +247,225 @@ def normalize(
     tokenizer: Tokenizer,
     dangling_text: str,
     pairing: Pairing | None = None,
+    previous: Normalized | None = None,
 ) -> Normalized:
     """Repair tool-call pairing; cheap when nothing needs repair (the common case).
 
     ``pairing`` is the pairing of ``facts`` if the caller carried it over from a shorter
     history (see ``Pairing.extended``); without it, it is computed here. Only the messages
-    repair changes (a response whose calls it answers, the request after it, a request losing
+    repair changes (a response whose calls it answers, the message after it, a request losing
     results) are read from ``messages``; the repaired history holds ``messages`` itself when
     nothing needs repair.
+
+    ``previous`` is the repair of the history this one extends, made with the pairing
+    ``pairing`` extends: the pass is taken up where the repairs start to differ (near the end,
+    for a history grown by a turn), so a long history is not repaired again from its start.
     """
     if pairing is None or pairing.length != len(facts):
         pairing = Pairing().extended(facts)
-    dangling = pairing.dangling()
-    late = pairing.late
-    orphans = pairing.orphans
-    if not dangling and not orphans:
-        return Normalized(messages, list(facts), list(range(len(facts))), {}, {}, [], False)
-    own: dict[int, ModelMessage] = {}
-    out_facts: list[MessageFacts] = []
-    index: list[int | None] = []
-    origins: dict[int, list[int | None]] = {}
-    removed: dict[int, list[int]] = {}
-    dropped: list[int] = []
-    moved: dict[int, dict[int, tuple[int, int]]] = {}
-    pending: list[Answer] = []
-    sources: list[tuple[int, int] | None] = []
-    runs: list[tuple[int, int, int]] = []
+        previous = None
+    held = facts if isinstance(facts, list) else list(facts)
+    if not pairing.unanswered and not pairing.orphans:
+        # Nothing repaired, now or before: the facts are the input's, which begin with those
+        # of the history this one extends.
+        shared = previous.inputs if previous is not None and not previous.changed else None
+        return Normalized(
+            messages, held, range(len(held)), {}, {}, [], False, inputs=len(held), shared=shared
+        )
+    repair = _Repair(messages, held, tokenizer, dangling_text, pairing)
+    start = 0
+    if previous is not None and previous.text == dangling_text and previous.changed:
+        if previous.inputs == len(held):
+            start = repair.resume(previous, len(held))
+        elif previous.inputs == pairing.extends:
+            start = repair.resume(previous, pairing.same_until)
+    return repair.run(start)
 
-    def place(position: int, at: int) -> None:
-        """Record where the pending answers went: ``at`` onwards in ``position``."""
-        found = {at + n: source for n, source in enumerate(sources) if source is not None}
-        if found:
-            moved[position] = found
 
-    def flush_pending() -> None:
-        if pending:
-            request = _request_for(pending)
-            origins[len(index)] = [None] * len(pending)
-            place(len(index), 0)
-            own[len(index)] = request
-            out_facts.append(message_facts(request, tokenizer))
-            index.append(None)
-            pending.clear()
-            sources.clear()
+class _Repair:
+    """One left-to-right repair pass, from the start of a history or from a checkpoint of an
+    earlier pass over the history it extends."""
 
-    def keep(position: int) -> None:
-        runs.append((position, len(index), 1))
-        out_facts.append(facts[position])
-        index.append(position)
+    def __init__(
+        self,
+        messages: Messages,
+        facts: list[MessageFacts],
+        tokenizer: Tokenizer,
+        text: str,
+        pairing: Pairing,
+    ) -> None:
+        self.messages = messages
+        self.facts = facts
+        self.tokenizer = tokenizer
+        self.text = text
+        self.dangling = pairing.unanswered
+        self.late = pairing.late
+        self.orphans = pairing.orphans
+        self.own: dict[int, ModelMessage] = {}
+        self.out_facts: list[MessageFacts] = []
+        self.index: list[int | None] = []
+        self.origins: dict[int, list[int | None]] = {}
+        self.removed: dict[int, list[int]] = {}
+        self.dropped: list[int] = []
+        self.moved: dict[int, dict[int, tuple[int, int]]] = {}
+        self.runs: list[tuple[int, int, int]] = []
+        self.checkpoints: list[Checkpoint] = []
+        self.copied = 0
+        self.shared: int | None = None
+        self.pending: list[Answer] = []
+        self.sources: list[tuple[int, int] | None] = []
 
-    size = len(facts)
-    last = size - 1
-    answered = {*dangling, *late}
-    # Only a response whose calls repair answers, the message after it and a request losing
-    # results can change; the runs of messages between them are kept whole (no pending answers
-    # cross a run).
-    sites = sorted({*answered, *(r + 1 for r in answered if r + 1 < size), *orphans})
-    copied = 0
-    for position in sites:
-        if position > copied:
-            runs.append((copied, len(index), position - copied))
-            out_facts.extend(facts[copied:position])
-            index.extend(range(copied, position))
-        copied = position + 1
-        if not facts[position].request:
-            flush_pending()
-            keep(position)
-            if position in answered:
-                answers = _answers(
-                    messages,
-                    position,
-                    facts[position].call_ids,
-                    dangling.get(position, []),
-                    late.get(position, []),
-                    dangling_text,
+    def resume(self, previous: Normalized, before: int) -> int:
+        """Take up ``previous``'s pass at its last checkpoint at or before input ``before``;
+        the input index to go on from (0: from the start)."""
+        at = bisect_right(previous.checkpoints, before, key=attrgetter("site")) - 1
+        if at < 0:
+            return 0
+        site, length, runs, copied = previous.checkpoints[at]
+        assert previous.runs is not None
+        assert isinstance(previous.index, list)
+        self.checkpoints = previous.checkpoints[:at]
+        self.out_facts = previous.facts[:length]
+        self.shared = length
+        self.index = previous.index[:length]
+        self.runs = previous.runs[:runs]
+        self.copied = copied
+        # Keyed in the order the pass added them: the entries past the checkpoint are last.
+        self.own = _before(previous.own, length)
+        self.origins = _before(previous.origins, length)
+        self.moved = _before(previous.moved, length)
+        self.removed = _before(previous.removed, site)
+        self.dropped = previous.dropped[: bisect_left(previous.dropped, site)]
+        return site
+
+    def run(self, start: int) -> Normalized:
+        """Repair from input ``start`` on (a checkpoint's site, or 0) to the end."""
+        facts, dangling, late, orphans = self.facts, self.dangling, self.late, self.orphans
+        size = len(facts)
+        answered = [r for r in chain(dangling, late) if r >= start]
+        # Only a response whose calls repair answers, the message after it and a request losing
+        # results can change; the runs of messages between them are kept whole (no pending
+        # answers cross a run).
+        sites = sorted(
+            {
+                *answered,
+                *(r + 1 for r in answered if r + 1 < size),
+                *(p for p in orphans if p >= start),
+            }
+        )
+        for position in sites:
+            if not self.pending:
+                self.checkpoints.append(
+                    Checkpoint(position, len(self.index), len(self.runs), self.copied)
                 )
-                pending.extend(part for part, _ in answers)
-                sources.extend(source for _, source in answers)
-            continue
-        gone = orphans.get(position)
-        if not gone and not pending:
-            keep(position)
-            continue
-        message = messages[position]
+            self._copy_to(position)
+            self.copied = position + 1
+            if not facts[position].request:
+                self._flush()
+                self._keep(position)
+                if position in dangling or position in late:
+                    answers = _answers(
+                        self.messages,
+                        position,
+                        facts[position].call_ids,
+                        dangling.get(position, []),
+                        late.get(position, []),
+                        self.text,
+                    )
+                    self.pending.extend(part for part, _ in answers)
+                    self.sources.extend(source for _, source in answers)
+                continue
+            self._request(position, size - 1)
+        self._copy_to(size)
+        self._flush()
+        return Normalized(
+            Repaired(self.messages, self.index, self.own),
+            self.out_facts,
+            self.index,
+            self.origins,
+            self.removed,
+            self.dropped,
+            True,
+            self.runs,
+            self.moved,
+            self.own,
+            self.checkpoints,
+            size,
+            self.text,
+            self.shared,
+        )
+
+    def _copy_to(self, position: int) -> None:
+        """Keep the input messages from the last one read up to ``position`` as they are."""
+        copied = self.copied
+        if position > copied:
+            self.runs.append((copied, len(self.index), position - copied))
+            self.out_facts.extend(self.facts[copied:position])
+            self.index.extend(range(copied, position))
+            self.copied = position
+
+    def _keep(self, position: int) -> None:
+        self.runs.append((position, len(self.index), 1))
+        self.out_facts.append(self.facts[position])
+        self.index.append(position)
+
+    def _add(self, message: ModelMessage, origins: list[int | None], index: int | None) -> None:
+        """Put a message repair made at the end of the repaired history."""
+        at = len(self.index)
+        self.origins[at] = origins
+        self.own[at] = message
+        self.out_facts.append(message_facts(message, self.tokenizer))
+        self.index.append(index)
+
+    def _place(self, position: int, at: int) -> None:
+        """Record where the pending answers went: ``at`` onwards in ``position``."""
+        found = {at + n: source for n, source in enumerate(self.sources) if source is not None}
+        if found:
+            self.moved[position] = found
+        self.pending.clear()
+        self.sources.clear()
+
+    def _flush(self) -> None:
+        """Give the pending answers a request of their own (the call's response is followed
+        by another response, or by nothing)."""
+        if self.pending:
+            request = _request_for(self.pending)
+            self._place(len(self.index), 0)
+            self._add(request, [None] * len(request.parts), None)
+
+    def _request(self, position: int, last: int) -> None:
+        """A request losing results, receiving the pending answers, or both."""
+        gone = self.orphans.get(position)
+        if not gone and not self.pending:
+            self._keep(position)
+            return
+        message = self.messages[position]
         parts: list[Part] = list(message.parts)
         part_origins: list[int | None] = list(range(len(parts)))
         if gone:
-            removed[position] = _result_numbers(parts, gone)
-            taken = set(removed[position])
-            keep_parts = [n for n in range(len(parts)) if n not in taken]
-            parts = [parts[n] for n in keep_parts]
-            part_origins = list(keep_parts)
-        if pending:
+            self.removed[position] = _result_numbers(parts, gone)
+            taken = set(self.removed[position])
+            kept = [n for n in range(len(parts)) if n not in taken]
+            parts = [parts[n] for n in kept]
+            part_origins = list(kept)
+        if self.pending:
             at = max((n + 1 for n, p in enumerate(parts) if is_tool_result(p)), default=0)
-            parts[at:at] = pending
-            part_origins[at:at] = [None] * len(pending)
-            place(len(index), at)
-            pending.clear()
-            sources.clear()
-        if not parts and position != last and not facts[position].aborted:
-            dropped.append(position)
-            continue
-        new = rebuilt(message, parts)
-        origins[len(index)] = part_origins
-        own[len(index)] = new
-        runs.append((position, len(index), 1))
-        out_facts.append(message_facts(new, tokenizer))
-        index.append(position)
-    if copied < size:
-        runs.append((copied, len(index), size - copied))
-        out_facts.extend(facts[copied:])
-        index.extend(range(copied, size))
-    flush_pending()
-    return Normalized(
-        Repaired(messages, index, own),
-        out_facts,
-        index,
-        origins,
-        removed,
-        dropped,
-        True,
-        runs,
-        moved,
-    )
+            parts[at:at] = self.pending
+            part_origins[at:at] = [None] * len(self.pending)
+            self._place(len(self.index), at)
+        if not parts and position != last and not self.facts[position].aborted:
+            self.dropped.append(position)
+            return
+        self.runs.append((position, len(self.index), 1))
+        self._add(rebuilt(message, parts), part_origins, position)
+
+
+def _before[V](entries: dict[int, V], end: int) -> dict[int, V]:
+    """The entries of a dict keyed in increasing order whose keys are below ``end``."""
+    kept = dict(entries)
+    while kept and next(reversed(kept)) >= end:
+        kept.popitem()
+    return kept
 
 
 def _answers(

@@ -1,5 +1,5 @@
 // The chat's live turn: text deltas placed by offset, the turn fragment kept at its longest,
-// the composer's keys, and the page following the conversation.
+// the composer's keys and its emptying, and the page following the conversation.
 //
 // Every delta names the character offset it starts at. The page may already hold part of it
 // (the turn was re-read from the database after a reconnect, and the database is saved before
@@ -92,6 +92,26 @@ document.addEventListener("htmx:wsAfterMessage", follow);
 
 // A reconnected socket missed what was pushed meanwhile: the turn is re-read.
 document.addEventListener("htmx:wsOpen", staleTurn);
+
+// The composer is emptied when the server accepts its message, unless it was typed into since
+// that message was sent. The turn reaches the page over the socket, which can be quicker than
+// the send's own answer: a person may already see it running and type the next message, even
+// send it (htmx queues it behind the first, to send what the box holds then). Emptying the box
+// on the first answer would lose that text, and the queued send with it.
+let typedSinceSent = false;
+
+document.addEventListener("input", (event) => {
+  if (event.target.closest?.("#chat-form")) typedSinceSent = true;
+});
+
+document.addEventListener("htmx:beforeRequest", (event) => {
+  if (event.detail.elt.id === "chat-form") typedSinceSent = false;
+});
+
+document.addEventListener("htmx:afterRequest", (event) => {
+  const form = event.detail.elt;
+  if (form.id === "chat-form" && event.detail.successful && !typedSinceSent) form.reset();
+});
 
 document.addEventListener("keydown", (event) => {
   const box = event.target.closest && event.target.closest("#chat-form textarea");

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, WebSocketRoute, expect
+from playwright.sync_api import Browser, Page, Route, WebSocketRoute, expect
 from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
@@ -183,6 +183,37 @@ def test_stop_mid_turn_then_a_new_prompt(page: Page, chat_url: str, alice: Any) 
     wait_done(page)
     assert_every_call_answered(log_of(session))
     assert_every_call_answered(services.governed_context(session).messages)
+
+
+def test_a_prompt_typed_before_the_send_is_answered_survives_the_answer(
+    page: Page, chat_url: str, alice: Any
+) -> None:
+    """The socket and the send's answer travel on different connections: the turn can show as
+    running before the send that started it is answered. What is typed and sent meanwhile
+    stays in the composer, and its refusal shows."""
+    session = make_session(alice, title="Crossing answers", model="offline:demo")
+    open_chat(page, chat_url, session)
+    held: list[tuple[Route, Any]] = []
+
+    def hold_the_first_send(route: Route) -> None:
+        if route.request.method == "POST" and not held:
+            held.append((route, route.fetch()))  # the turn starts; its 202 waits here
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/chat/$"), hold_the_first_send)
+    send(page, "read README.md and sessions/chat/runner.py")
+    expect(page.locator("#chat-turn")).to_have_attribute("data-status", "running")
+    send(page, "and this too")
+    ((route, accepted),) = held
+    assert accepted.status == 202
+    route.fulfill(response=accepted)
+
+    expect(page.get_by_test_id("refused")).to_contain_text("still running")
+    expect(page.get_by_test_id("chat-prompt")).to_have_value("and this too")
+    page.get_by_test_id("chat-stop").click()
+    expect(page.get_by_test_id("chat-stopped")).to_be_visible(timeout=20_000)
+    expect(page.get_by_test_id("chat-prompt")).to_have_value("and this too")
 
 
 def test_two_tabs_see_the_same_stream(browser: Browser, chat_url: str, alice: Any) -> None:

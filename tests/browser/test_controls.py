@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from ctxhub.governance import Policy
 from sessions import services
 from sessions.models import Clear, Compaction
-from tests.browser.test_dashboard import server_side
+from tests.browser.test_dashboard import server_side, wait_for
 from tests.conftest import ARTIFACTS
 from tests.factories import agent_turns, make_session
 from tests.processes import celery_worker
@@ -135,6 +135,38 @@ def test_clear_needs_the_typed_confirmation_and_can_be_undone(
     page.get_by_test_id(f"undo-clear-{record.pk}").click()
     expect(clear).to_have_attribute("data-state", "undone")
     expect(page.locator("#fate-119")).to_have_attribute("data-state", "sent")
+
+
+def test_a_re_render_answered_after_a_change_is_followed_by_the_change(
+    page: Page, live_url: str, session: Any
+) -> None:
+    """The x-ray and the records are re-rendered from the database after every change. One
+    asked for before a clear but delivered after it shows the old state: the re-render the
+    clear asked for meanwhile must still come and show the clear."""
+    held: dict[str, tuple[Route, Any]] = {}
+
+    def deliver_late(route: Route) -> None:
+        name = "xray" if route.request.url.endswith("/xray/") else "records"
+        if name in held:
+            route.continue_()
+        else:
+            held[name] = (route, route.fetch())  # read from the database now, delivered later
+
+    page.route(re.compile(r"/(xray|records)/$"), deliver_late)
+    log_in(page, live_url, session.get_absolute_url())
+    # The socket's opening asks for both: whatever changed before it listened.
+    wait_for(page, lambda: len(held) == 2)
+    page.get_by_text("/clear", exact=True).click()
+    page.get_by_test_id("clear-confirm").fill("clear")
+    page.get_by_test_id("clear-submit").click()
+    expect(page.locator("#clear-answer")).to_contain_text("Cleared")
+    for route, before_the_clear in held.values():
+        route.fulfill(response=before_the_clear)
+
+    expect(page.get_by_test_id("clear")).to_have_attribute("data-state", "active")
+    expect(page.locator('[data-category="tail"] [data-tokens]')).to_have_attribute(
+        "data-tokens", "0"
+    )
 
 
 def test_a_pin_shows_in_every_open_tab(

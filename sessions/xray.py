@@ -183,8 +183,8 @@ def xray(context: GovernedContext) -> XRay:
 class PartFate:
     view: PartView
     action: str
-    """kept, truncated, masked, deduplicated, evicted, synthesized or dropped; summarised or
-    cleared when a record hides the message."""
+    """kept, truncated, masked, deduplicated, evicted, synthesized, moved or dropped;
+    summarised or cleared when a record hides the message."""
     tokens_before: int
     tokens_after: int
     ref: str | None
@@ -196,13 +196,17 @@ class MessageFate:
 
     view: MessageView
     state: str
-    """sent, dropped (the window or a group drop left it out), summarised, cleared, or pending
-    (stored after the context was governed)."""
+    """sent, dropped (the window or a group drop left it out), moved (pair repair moved all it
+    held to the request after their calls), summarised, cleared, or pending (stored after the
+    context was governed)."""
     zone: str
     tokens_after: int
     compaction: int | None
     parts: list[PartFate] = field(default_factory=list)
     pinned: bool = False
+    added: list[PartReport] = field(default_factory=list)
+    """Parts pair repair put in this message and no stored message holds here: tool results
+    moved from a later message, or synthesized for a call that never got one."""
 
     @property
     def seq(self) -> int:
@@ -254,20 +258,32 @@ class Fates:
                 compaction=compaction,
                 parts=[PartFate(p, state, 0, 0, None) for p in view.parts],
             )
-        parts = [
-            _part_fate(part, fate, report.kept)
-            for part, fate in zip_longest(view.parts, report.parts)
-            if part is not None
-        ]
+        parts: list[PartFate] = []
+        added: list[PartReport] = []
+        # The report lists the stored parts first, then those pair repair put in.
+        for part, fate in zip_longest(view.parts, report.parts):
+            if part is not None:
+                parts.append(_part_fate(part, fate, report.kept))
+            elif fate is not None:
+                added.append(fate)
         return MessageFate(
             view=view,
-            state="sent" if report.kept else "dropped",
+            state="sent" if report.kept else _left_out(report),
             zone=report.zone,
             tokens_after=report.tokens_after,
             compaction=None,
             parts=parts,
             pinned=seq in self.pinned,
+            added=added,
         )
+
+
+def _left_out(report: MessageReport) -> str:
+    """Why a message is not sent: moved when pair repair moved everything it held next to the
+    calls (nothing is lost), else dropped."""
+    if report.parts and all(p.action == "moved" for p in report.parts):
+        return "moved"
+    return "dropped"
 
 
 def _part_fate(view: PartView, fate: PartReport | None, kept: bool) -> PartFate:
@@ -310,8 +326,8 @@ def _fates_by_seq(context: GovernedContext) -> dict[int, str]:
         seq = context.seq_of(message.index)
         if seq is None:
             continue
-        actions = sorted({p.action for p in message.parts if p.action not in ("kept", "dropped")})
-        state = f"sent ({message.zone})" if message.kept else "dropped"
+        state = f"sent ({message.zone})" if message.kept else _left_out(message)
+        actions = sorted({p.action for p in message.parts} - {"kept", "dropped", state})
         found[seq] = ", ".join([state, *actions])
     return found
 

@@ -11,28 +11,20 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from operator import and_, attrgetter, eq, ge, is_
-from typing import Any, Protocol, cast
+from operator import and_, eq
+from typing import Protocol
 
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
+from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from .caches import memory
-from .counting import MARK as MARK
-from .counting import MessageFacts, Part, cached_part_tokens, message_cache, part_cache
-from .policy import Policy, Truncation
-from .report import Action, StepName
-from .steps.evict import eviction_ref, preview
-from .steps.truncate import truncate_args, truncate_text
-from .tokens import MESSAGE_OVERHEAD, Tokenizer, as_text
+from .carry import Carry, base_counts
+from .counting import MessageFacts, cached_part_tokens, message_cache
+from .parts import PartState, Transform, rebuilt
+from .policy import Policy
+from .report import StepName
+from .steps.cap import cap_key, governed_version, smallest_cap
+from .tokens import MESSAGE_OVERHEAD, Tokenizer
 
 
 class Messages(Protocol):
@@ -42,75 +34,6 @@ class Messages(Protocol):
     def __len__(self) -> int: ...
 
     def __getitem__(self, position: int, /) -> ModelMessage: ...
-
-
-@dataclass(slots=True)
-class PartState:
-    """The fate of one part of a normalised message."""
-
-    origin: int | None
-    """Index of the part in the input message; None when governance added it."""
-    action: Action
-    tokens_before: int
-    tokens_after: int
-    step: StepName | None = None
-    ref: str | None = None
-
-
-@dataclass(slots=True)
-class Transform:
-    """A governed version of one part, cached on the part between calls."""
-
-    part: Part
-    tokens: int
-    action: Action
-    step: StepName
-    ref: str | None = None
-    evicted: str | None = None
-
-
-def plain_output(part: Part) -> ToolReturnPart[Any] | None:
-    """``part`` if it is an ordinary tool output governance may rewrite, else None.
-
-    Framework returns (tool search, capability loading) are typed subclasses whose content has
-    a fixed shape; they are left as they are.
-    """
-    if type(part) is ToolReturnPart:
-        return cast(ToolReturnPart[Any], part)
-    return None
-
-
-def plain_call(part: Part) -> ToolCallPart | None:
-    """``part`` if it is an ordinary tool call whose arguments governance may cut, else None.
-
-    Framework calls (tool search, capability loading) are typed subclasses whose arguments have
-    a fixed shape, and provider-native calls are another class; they are left as they are.
-    """
-    if type(part) is ToolCallPart:
-        return part
-    return None
-
-
-def with_content(
-    part: ToolReturnPart[Any], content: str, note: dict[str, Any] | None = None
-) -> ToolReturnPart[Any]:
-    """A copy of a tool output with new content (and governance's note in its metadata)."""
-    if note is None:
-        return replace(part, content=content)
-    return replace(part, content=content, metadata=mark_metadata(part, note))
-
-
-def marked(part: Part) -> bool:
-    """Whether governance itself wrote this part (a placeholder, preview or notice)."""
-    metadata = getattr(part, "metadata", None)
-    return isinstance(metadata, dict) and MARK in metadata
-
-
-def tool_output_text(part: ToolReturnPart[Any]) -> str | None:
-    """The text of a tool output as it would be truncated; None when it carries files."""
-    if part.files:
-        return None
-    return part.content if isinstance(part.content, str) else as_text(part.content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,60 +95,6 @@ class Drops(Mapping[int, StepName]):
         return sum(1 for _ in self)
 
 
-@dataclass(frozen=True, slots=True)
-class Carry:
-    """What one ``govern`` call worked out, for the next call on the same history grown.
-
-    The next call's normalised history begins like this one's (up to where pair repair treats
-    the new messages differently, found in a few C-level comparisons), so the counts before
-    caps are taken from ``base_tokens``. A position's governed version depends only on its
-    message, the part-cap settings, the pinned positions, whether it is before the current
-    turn and whether masking replaces its results. Before both calls' current turns, strictly
-    inside both masked spans (every output masked, none evicted) and past both spans (no output
-    masked; a message with an output evicted is left out, so the evicted texts are recorded as a
-    cold call records them), the next call takes the versions this one governed as they are,
-    when the facts at the position are the same object (the same message: facts are cached by
-    message identity, and a caller passing stored facts keeps one object per message). Only
-    positions from ``governed_from`` on are offered: below it the window dropped the history,
-    most of it unread, so looking there would be a pass over the history for next to nothing.
-    """
-
-    facts: list[MessageFacts]
-    base_tokens: array[int]
-    """Tokens of each position before caps and masks."""
-    base_total: int
-    messages: list[ModelMessage | None]
-    tokens: array[int]
-    """Governed tokens of each position; -1 where the call did not govern it."""
-    changes: list[tuple[tuple[int, Transform], ...]]
-    span: tuple[int, int, int, int] | None
-    turn_start: int
-    governed_from: int
-    altered: frozenset[int]
-    """Positions whose messages a step changed past their governed versions (``set_part``)."""
-    settings: tuple[int, frozenset[int]]
-    """The part-cap settings key and the pinned positions."""
-
-
-def common_prefix(old: list[Any], new: list[Any]) -> int:
-    """How many leading items two lists share (equal items; the same object is equal).
-
-    A few C-level list comparisons, halving the stretch that differs: on lists that agree
-    but for their last few items this costs about two passes, never a Python loop.
-    """
-    size = min(len(old), len(new))
-    if old[:size] == new[:size]:
-        return size
-    low, high = 0, size  # old[:low] == new[:low]; the first difference is before high
-    while high - low > 1:
-        middle = (low + high) // 2
-        if old[low:middle] == new[low:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
 @dataclass
 class Work:
     """Mutable state of one governance run; the input messages are never touched."""
@@ -273,7 +142,8 @@ class Work:
     """First and last (position, part number) of the masked middle of tool results, inclusive:
     masking is a rule over that span (see ``masked_at``), so planning it costs nothing per
     message."""
-    evicted: dict[str, str] = field(default_factory=dict)
+    evicting: set[int] = field(default_factory=set)
+    """Positions whose governed versions evict an output (see ``evicted``)."""
     steps: list[StepName] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     head_end: int = -1
@@ -296,48 +166,44 @@ class Work:
     protected: frozenset[str] = field(init=False)
     governed_tokens: array[int] = field(init=False)
     """Tokens of each position as governed (before any drop); -1 where not yet governed."""
+    shared: int = field(init=False)
+    """How many leading ``facts`` are the carried call's."""
+    capped: array[int] = field(init=False)
+    """Tokens of each position with caps alone (no mask); -1 where not counted."""
 
     def __post_init__(self) -> None:
         size = len(self.facts)
-        carried = self.carried
+        self.base_tokens, self.base_total, self.shared = base_counts(
+            self.carried, self.facts, self.carried_shared
+        )
         # Machine-integer arrays and a bytearray rather than lists: copying, slicing and
         # filling them is a memory copy, with no reference counts to touch on every item.
-        if carried is None:
-            base = array("q", map(_TOKENS, self.facts))
-            self.base_total = sum(base)
-        else:
-            # Counts before caps are the facts'; the shared beginning is carried whole.
-            same = self.carried_shared
-            if same is None:
-                same = common_prefix(carried.facts, self.facts)
-            base = carried.base_tokens[:same]
-            base.extend(map(_TOKENS, self.facts[same:]))
-            self.base_total = (
-                carried.base_total - sum(carried.base_tokens[same:]) + sum(base[same:])
-            )
-        self.base_tokens = base
-        self.tokens = array("q", base)
+        self.tokens = array("q", self.base_tokens)
         self.total_tokens = self.base_total
         self.messages = [None] * size
         self.changes = [()] * size
         self.kept = bytearray(b"\x01") * size
         self.governed_tokens = array("q", _UNKNOWN) * size
-        policy = self.policy
-        self.protected = frozenset(policy.window.protected_tools)
-        limits: list[float] = []
-        for truncation in (policy.tool_output, policy.text):
-            if truncation.limit:
-                limits.append(truncation.limit if truncation.unit == "tokens" else 0)
-        if policy.eviction.threshold_tokens:
-            limits.append(policy.eviction.threshold_tokens)
-        self.min_cap = min(limits, default=float("inf"))
-        self.cap_key = _cap_key(policy, self.tokenizer.encoding_name)
+        self.capped = array("q", _UNKNOWN) * size
+        self.protected = frozenset(self.policy.window.protected_tools)
+        self.min_cap = smallest_cap(self.policy)
+        self.cap_key = cap_key(self.policy, self.tokenizer.encoding_name)
 
     # --- accounting -------------------------------------------------------------------------
 
     def total(self) -> int:
         """Tokens of all kept messages as currently known (unmaterialised ones: before caps)."""
         return self.total_tokens + self.notice_tokens()
+
+    def evicted(self) -> dict[str, str]:
+        """The full texts of the evicted outputs the governed history sends, by reference."""
+        texts = {}
+        for position in sorted(self.evicting):
+            if self.kept[position]:
+                for _, transform in self.changes[position]:
+                    if transform.evicted is not None and transform.ref is not None:
+                        texts[transform.ref] = transform.evicted
+        return texts
 
     def notice_tokens(self) -> int:
         """Tokens of the window notice, if there is one."""
@@ -397,12 +263,14 @@ class Work:
         """Forget the governed version of a position so it is rebuilt with a new plan."""
         if self.governed_tokens[position] >= 0 and self.kept[position]:
             self.messages[position] = None
-            self._set_tokens(position, self.base_tokens[position])
+            self.set_tokens(position, self.base_tokens[position])
             self.states.pop(position, None)
             self.changes[position] = ()
             self.governed_tokens[position] = -1
+            self.evicting.discard(position)
 
-    def _set_tokens(self, position: int, tokens: int) -> None:
+    def set_tokens(self, position: int, tokens: int) -> None:
+        """Set a position's tokens, keeping ``total_tokens`` their sum."""
         self.total_tokens += tokens - self.tokens[position]
         self.tokens[position] = tokens
 
@@ -418,137 +286,34 @@ class Work:
         facts = self.facts[position]
         masked = self.masked_at(position)
         if not masked and facts.largest <= self.min_cap:
-            self.governed_tokens[position] = self.tokens[position]
-            return self.tokens[position]
-        message = self.base[position]
-        key = (
-            "governed",
-            self.cap_key,
-            position < self.turn_start,
-            position == self.latest_prompt,
-            self.exempt(position),
-            masked,
-        )
-        values = message_cache(message)
-        found: tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]] | None = values.get(key)
-        if found is None:
-            found = self._governed(position, message, facts, masked or frozenset())
-            values[key] = found
-        governed, tokens, changes = found
-        if changes:
-            self.messages[position] = governed
-            self._set_tokens(position, tokens)
-            self.changes[position] = changes
-            for _, transform in changes:
-                if transform.evicted is not None and transform.ref is not None:
-                    self.evicted[transform.ref] = transform.evicted
-        self.governed_tokens[position] = self.tokens[position]
+            count = self.base_tokens[position]
+        else:
+            message = self.base[position]
+            key = (
+                "governed",
+                self.cap_key,
+                position < self.turn_start,
+                position == self.latest_prompt,
+                self.exempt(position),
+                masked,
+            )
+            values = message_cache(message)
+            found: tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]] | None
+            found = values.get(key)
+            if found is None:
+                found = governed_version(self, position, message, facts, masked or frozenset())
+                values[key] = found
+            governed, count, changes = found
+            if changes:
+                self.messages[position] = governed
+                self.set_tokens(position, count)
+                self.changes[position] = changes
+                if any(transform.evicted is not None for _, transform in changes):
+                    self.evicting.add(position)
+        if not masked:
+            self.capped[position] = count
+        self.governed_tokens[position] = count
         return self.tokens[position]
-
-    def carry(self) -> Carry:
-        """What this call worked out, for the next call on the history grown."""
-        return Carry(
-            self.facts,
-            self.base_tokens,
-            self.base_total,
-            self.messages,
-            self.governed_tokens,
-            self.changes,
-            self.mask_span,
-            self.turn_start,
-            self.governed_from,
-            frozenset(self.states),
-            (self.cap_key, self.pinned_positions),
-        )
-
-    def seed(self) -> None:
-        """Take the governed versions the previous call made that are still valid (see
-        ``Carry``); called once masking has planned its span, before anything is dropped."""
-        carried = self.carried
-        if carried is None or carried.settings != (self.cap_key, self.pinned_positions):
-            return
-        span, old = self.mask_span, carried.span
-        if span is None or old is None:
-            return
-        limit = min(self.turn_start, carried.turn_start, len(self.facts), len(carried.facts))
-        # Strictly inside both masked spans every output is masked (none is evicted).
-        positions = self._carried(max(span[0], old[0]) + 1, min(span[2], old[2], limit))
-        if positions:
-            first, last = positions[0], positions[-1] + 1
-            if last - first == len(positions):
-                # The usual case: one run (the previous call governed its newest positions).
-                self.total_tokens += sum(carried.tokens[first:last]) - sum(self.tokens[first:last])
-                self.messages[first:last] = carried.messages[first:last]
-                self.tokens[first:last] = carried.tokens[first:last]
-                self.governed_tokens[first:last] = carried.tokens[first:last]
-                self.changes[first:last] = carried.changes[first:last]
-                self.seeded = (first, last)
-            else:
-                self._take(positions)
-                # The newest run, for the walks that skip it (see ``seeded``).
-                at = len(positions) - 1
-                while at and positions[at - 1] == positions[at] - 1:
-                    at -= 1
-                self.seeded = (positions[at], last)
-        # After both spans no output is masked; a message with an output evicted is governed
-        # again, so the evicted texts are recorded in the order a cold call records them.
-        changes = carried.changes
-        self._take(
-            [
-                p
-                for p in self._carried(max(span[2], old[2]) + 1, limit)
-                if not any(t.evicted is not None for _, t in changes[p])
-            ]
-        )
-
-    def _carried(self, start: int, end: int) -> list[int]:
-        """Positions in ``[start, end)`` whose carried governed versions hold (C-level)."""
-        carried = self.carried
-        assert carried is not None
-        start = max(start, carried.governed_from)
-        if end <= start:
-            return []
-        same = map(is_, self.facts[start:end], carried.facts[start:end])
-        known = map(ge, carried.tokens[start:end], repeat(0))
-        # A position this call already governed (the budget check) and whose result masking
-        # now replaces was invalidated, so its carried version is its version too.
-        positions = list(compress(range(start, end), map(and_, same, known)))
-        if carried.altered:
-            positions = [p for p in positions if p not in carried.altered]
-        return positions
-
-    def _take(self, positions: Iterable[int]) -> None:
-        """Take the carried governed versions of ``positions``."""
-        carried = self.carried
-        assert carried is not None
-        for position in positions:
-            self.messages[position] = carried.messages[position]
-            self._set_tokens(position, carried.tokens[position])
-            self.governed_tokens[position] = carried.tokens[position]
-            self.changes[position] = carried.changes[position]
-
-    def _governed(
-        self, position: int, message: ModelMessage, facts: MessageFacts, masked: frozenset[int]
-    ) -> tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]]:
-        changes: list[tuple[int, Transform]] = []
-        for number, part in enumerate(message.parts):
-            transform: Transform | None
-            if number in masked:
-                from .steps.mask import placeholder
-
-                transform = placeholder(part, facts.part_tokens[number], self.tokenizer)
-            else:
-                transform = self._cap(position, number, part, facts.part_tokens[number])
-            if transform is not None:
-                changes.append((number, transform))
-        if not changes:
-            return message, facts.tokens, ()
-        parts = list(message.parts)
-        counts = list(facts.part_tokens)
-        for number, transform in changes:
-            parts[number] = transform.part
-            counts[number] = transform.tokens
-        return rebuilt(message, parts), MESSAGE_OVERHEAD + sum(counts), tuple(changes)
 
     def masked_at(self, position: int) -> frozenset[int] | None:
         """Part numbers of a position's tool results masking replaces; None for none.
@@ -612,9 +377,9 @@ class Work:
         state.step = transform.step
         self.messages[position] = rebuilt(self.base[position], parts)
         self.states[position] = states
-        self._set_tokens(position, MESSAGE_OVERHEAD + sum(s.tokens_after for s in states))
+        self.set_tokens(position, MESSAGE_OVERHEAD + sum(s.tokens_after for s in states))
 
-    # --- caps: eviction and truncation --------------------------------------------------------
+    # --- what governance may change -----------------------------------------------------------
 
     def exempt(self, position: int) -> bool:
         """Pinned messages and protected tools' messages are never altered."""
@@ -623,145 +388,13 @@ class Work:
         protected = self.protected
         return bool(protected) and not self.facts[position].tool_names.isdisjoint(protected)
 
-    def _in_scope(self, position: int, scope: str) -> bool:
-        return scope == "all" or position < self.turn_start
-
-    def _cap(self, position: int, number: int, part: Part, tokens: int) -> Transform | None:
-        policy = self.policy
-        output = plain_output(part)
-        if output is not None:
-            eviction = policy.eviction
-            truncation = policy.tool_output
-            evict = (
-                eviction.threshold_tokens is not None
-                and 0 < eviction.threshold_tokens < tokens
-                and self._in_scope(position, eviction.scope)
-            )
-            truncate = (
-                truncation.limit is not None
-                and 0 < truncation.limit < _measure(tokens, truncation, output)
-                and self._in_scope(position, truncation.scope)
-            )
-            if not (evict or truncate) or marked(output) or self.exempt(position):
-                return None
-            return self._cached(output, tokens, evict, truncation if truncate else None)
-        call = plain_call(part)
-        if call is not None:
-            # Large arguments (a file written in full) are cut like outputs, by the same limit.
-            truncation = policy.tool_output
-            if (
-                not truncation.limit
-                or not self._in_scope(position, truncation.scope)
-                or truncation.limit >= _measure(tokens, truncation, call)
-                or self.exempt(position)
-            ):
-                return None
-            return self._cached(call, tokens, False, truncation)
-        if isinstance(part, UserPromptPart | TextPart) and isinstance(part.content, str):
-            truncation = policy.text
-            if (
-                truncation.limit is None
-                or truncation.limit >= _measure(tokens, truncation, part)
-                or not self._in_scope(position, truncation.scope)
-                or (position == self.latest_prompt and isinstance(part, UserPromptPart))
-                or self.exempt(position)
-            ):
-                return None
-            return self._cached(part, tokens, False, truncation)
-        return None
-
-    def _cached(
-        self, part: Part, tokens: int, evict: bool, truncation: Truncation | None
-    ) -> Transform | None:
-        eviction = self.policy.eviction
-        key = (
-            "cap",
-            self.tokenizer.encoding_name,
-            eviction if evict else None,
-            truncation,
-        )
-        values = part_cache(part)
-        if key in values:
-            cached: Transform | None = values[key]
-            return cached
-        result = self._compute_cap(part, tokens, eviction if evict else None, truncation)
-        values[key] = result
-        return result
-
-    def _compute_cap(
-        self, part: Part, tokens: int, eviction: Any, truncation: Truncation | None
-    ) -> Transform | None:
-        output = plain_output(part)
-        call = plain_call(part)
-        new: Part
-        if call is not None:
-            assert truncation is not None
-            assert truncation.limit is not None
-            # The arguments' token ids (if kept) are of their whole JSON: of no use to cut it.
-            self.token_ids.pop(id(part), None)
-            args = truncate_args(
-                call.args,
-                truncation.limit,
-                unit=truncation.unit,
-                strategy=truncation.strategy,
-                tokenizer=self.tokenizer,
-                line_count=truncation.line_count,
-            )
-            if args is None:
-                return None
-            new = replace(call, args=args)
-        elif output is not None:
-            text = tool_output_text(output)
-            if text is None:
-                return None
-            if eviction is not None:
-                ref = eviction_ref(text)
-                shown = preview(text, ref, tokens, eviction)
-                new = with_content(output, shown, {"evicted": ref})
-                count = cached_part_tokens(new, self.tokenizer)
-                if count < tokens:
-                    return Transform(new, count, "evicted", "evict", ref, text)
-            if truncation is None:
-                return None
-            cut = self._truncate(output, text, truncation)
-            if cut is None:
-                return None
-            new = with_content(output, cut)
-        else:
-            assert isinstance(part, UserPromptPart | TextPart)
-            assert truncation is not None
-            assert isinstance(part.content, str)
-            cut = self._truncate(part, part.content, truncation)
-            if cut is None:
-                return None
-            new = replace(part, content=cut)
-        count = cached_part_tokens(new, self.tokenizer)
-        if count >= tokens:
-            return None
-        return Transform(new, count, "truncated", "truncate")
-
-    def _truncate(self, part: Part, text: str, truncation: Truncation) -> str | None:
-        assert truncation.limit is not None
-        # Taken out: the truncated version is cached on the part, so its ids are not needed again.
-        known = self.token_ids.pop(id(part), None)
-        ids = known[1] if known is not None and known[0] is text else None
-        return truncate_text(
-            text,
-            truncation.limit,
-            unit=truncation.unit,
-            strategy=truncation.strategy,
-            tokenizer=self.tokenizer,
-            line_count=truncation.line_count,
-            token_ids=ids,
-        )
-
     # --- dropping -----------------------------------------------------------------------------
 
     def drop(self, position: int, step: StepName) -> None:
         """Leave a position out of the governed history (its report is derived when read)."""
         self.kept[position] = 0
         self.dropped_by.add(position, step)
-        self._set_tokens(position, 0)
+        self.set_tokens(position, 0)
 
     def drop_range(
         self, start: int, end: int, spared: Iterable[int], step: StepName
@@ -797,73 +430,5 @@ class Work:
         return count, start + dropping.index(1)
 
 
-_TOKENS = attrgetter("tokens")
 _UNKNOWN = (-1,)
 _NONE = (0,)
-
-
-def _cap_key(policy: Policy, encoding: str) -> int:
-    """A small int standing for the settings that decide a message's governed version."""
-    # Hashing the settings (pydantic models) costs more than the rest of a warm call's set-up,
-    # so the key is remembered per policy object (kept alive with it; policies are few).
-    by_policy = memory.cap_keys_by_policy
-    known = by_policy.get((id(policy), encoding))
-    if known is not None and known[0] is policy:
-        return known[1]
-    settings = (
-        encoding,
-        policy.tool_output,
-        policy.text,
-        policy.eviction,
-        policy.window.protected_tools,
-    )
-    key = memory.cap_keys.setdefault(settings, len(memory.cap_keys))
-    if len(by_policy) >= 64:
-        by_policy.clear()
-    by_policy[(id(policy), encoding)] = (policy, key)
-    return key
-
-
-def rebuilt(message: ModelMessage, parts: list[Part]) -> ModelMessage:
-    """``message`` with ``parts``; the same object for the same parts on every call.
-
-    Governed parts are cached on the originals, so reusing the rebuilt message too lets its
-    counts (cached by identity) survive from one request to the next.
-    """
-    values = message_cache(message)
-    key = ("rebuilt", tuple(map(id, parts)))
-    found = values.get(key)
-    if found is not None and len(found.parts) == len(parts) and all(map(is_, found.parts, parts)):
-        result: ModelMessage = found
-        return result
-    result = replace(message, parts=parts)  # type: ignore[arg-type]
-    values[key] = result
-    return result
-
-
-def _measure(tokens: int, truncation: Truncation, part: Part) -> int:
-    """The size of a part in the truncation's unit (characters measured on the text, on a
-    call's arguments as JSON)."""
-    if truncation.unit == "tokens":
-        return tokens
-    call = plain_call(part)
-    if call is not None:
-        return len(call.args_as_json_str())
-    output = plain_output(part)
-    if output is not None:
-        text = tool_output_text(output)
-        return len(text) if text is not None else 0
-    content = getattr(part, "content", "")
-    return len(content) if isinstance(content, str) else 0
-
-
-def _mark(part: Part, note: dict[str, Any]) -> dict[str, Any]:
-    metadata = getattr(part, "metadata", None)
-    base = dict(metadata) if isinstance(metadata, dict) else {}
-    base[MARK] = note
-    return base
-
-
-def mark_metadata(part: Part, note: dict[str, Any]) -> dict[str, Any]:
-    """Part metadata carrying governance's note, keeping any metadata already there."""
-    return _mark(part, note)

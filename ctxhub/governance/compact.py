@@ -55,8 +55,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import Model
 
-from ._work import MARK
-from .counting import count_tokens, message_facts
+from .counting import MARK, count_tokens, message_facts
 from .draft import SummaryDraft, parse_draft, render_draft
 from .govern import govern
 from .ledger import LedgerItem, extract_ledger, is_summary_text, reconcile

@@ -132,7 +132,10 @@ class MessageFacts:
 
     request: bool
     tokens: int
+    """Its parts and the message framing. A request's ``instructions`` are not included: a
+    provider sends only the latest request's, once, so they are counted once per history."""
     part_tokens: tuple[int, ...]
+    """Each part's tokens, framing included."""
     part_kinds: tuple[str, ...] = ()
     """Each part's ``part_kind``."""
     part_tool_names: tuple[str | None, ...] = ()

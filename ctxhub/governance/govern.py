@@ -21,12 +21,12 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_json
 
-from ._work import Carry, Landmarks, Messages, Work
+from ._work import Landmarks, Messages, Work
 from .caches import memory
+from .carry import Carry, carry_of, over_with_caps, seed
 from .counting import MessageFacts, message_facts
 from .policy import Policy
-from .report import ContextReport, StepName
-from .reporting import Detail, PartTotals, ReportCache, build_report
+from .report import ContextReport, Detail, PartTotals, ReportCache, StepName, build_report
 from .steps.dedupe import dedupe
 from .steps.drop_groups import drop_groups
 from .steps.mask import mask, masked_count
@@ -72,7 +72,8 @@ class Governed:
         self.messages = messages
         """What to send to the model."""
         self.evicted = evicted
-        """Full texts of evicted outputs by reference; store them where the read tool finds them."""
+        """Full texts of the evicted outputs ``messages`` refer to, by reference; store them
+        where the read tool finds them."""
         self.fits: bool = summary["fits"]
         self.budget_tokens: int = summary["budget_tokens"]
         self.tokens_before: int = summary["tokens_before"]
@@ -237,7 +238,7 @@ def govern(
         steps.append(("truncate", ""))
     _budget_steps(work, steps)
     output = _assemble(work)
-    prepared.carry = work.carry()
+    prepared.carry = carry_of(work)
     memory.token_ids[tokenizer.encoding_name] = _newest_ids(token_ids)
     if instructions is not None:
         out_instructions: str | None = instructions
@@ -269,7 +270,7 @@ def govern(
     }
     return Governed(
         output,
-        dict(work.evicted),
+        work.evicted(),
         work,
         summary,
         normalized,
@@ -664,12 +665,12 @@ def _repairs(normalized: Normalized) -> str:
 
 def _budget_steps(work: Work, steps: list[tuple[StepName, Detail]]) -> None:
     policy = work.policy
-    if policy.masking.enabled and (policy.masking.apply == "always" or work.exact_over()):
+    if policy.masking.enabled and (policy.masking.apply == "always" or over_with_caps(work)):
         mask(work)
         # Counting the masked results walks the masked span: left to the report.
         steps.append(("mask", lambda: f"{masked_count(work)} results masked"))
     # With masking planned, what the previous call governed that still holds is taken over.
-    work.seed()
+    seed(work)
     omitted = window(work)
     if omitted is not None:
         steps.append(("window", f"{omitted} messages omitted"))

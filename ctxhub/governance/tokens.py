@@ -314,24 +314,6 @@ def part_media(part: ModelRequestPart | ModelResponsePart) -> int:
             return 0
 
 
-def part_tokens(part: ModelRequestPart | ModelResponsePart, tokenizer: Tokenizer) -> int:
-    """Tokens of one part, framing included."""
-    return (
-        PART_OVERHEAD
-        + MEDIA_TOKENS * part_media(part)
-        + sum(tokenizer.count(piece) for piece in part_pieces(part))
-    )
-
-
-def message_tokens(message: ModelMessage, tokenizer: Tokenizer) -> int:
-    """Tokens of one message: its parts and the message framing.
-
-    A request's ``instructions`` are not included: a provider sends only the latest request's
-    instructions, once, so they are counted once per history (see ``instructions_of``).
-    """
-    return MESSAGE_OVERHEAD + sum(part_tokens(part, tokenizer) for part in message.parts)
-
-
 def instructions_of(messages: Sequence[ModelMessage]) -> str | None:
     """The instructions a provider receives with this history: the latest request's."""
     for message in reversed(messages):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -17,6 +20,7 @@ from pydantic_ai.messages import (
 )
 
 from ctxhub.governance import Policy
+from ctxhub.governance.steps.normalize import Pairing
 
 MODEL = "openai:gpt-4o"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -80,3 +84,18 @@ def _off(**overrides: Any) -> dict[str, Any]:
 
 def _contents(messages: list[ModelMessage]) -> list[Any]:
     return [getattr(p, "content", None) for m in messages for p in m.parts]
+
+
+@contextmanager
+def carried_lengths() -> Iterator[list[int]]:
+    """How many messages the pairing each ``govern`` call started from had already seen: 0
+    when it started over, the previous history's length when it extended that one."""
+    seen: list[int] = []
+    extended = Pairing.extended
+
+    def spy(self: Pairing, facts: Sequence[Any]) -> Pairing:
+        seen.append(self.length)
+        return extended(self, facts)
+
+    with mock.patch.object(Pairing, "extended", spy):
+        yield seen

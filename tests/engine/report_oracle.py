@@ -10,8 +10,9 @@ from provider_rules import provider_violations
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance import Governed
-from ctxhub.governance._work import PartState, Work
+from ctxhub.governance._work import Work
 from ctxhub.governance.counting import message_facts
+from ctxhub.governance.parts import PartState
 from ctxhub.governance.report import ContextReport, MessageReport, PartReport, StepName
 
 
@@ -26,6 +27,26 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
     work: Work = governed._work
     normalized = governed._normalized
     tally: dict[StepName, list[int]] = {}
+
+    # A late result pair repair moved is the input's own part object in a message that did not
+    # hold it (synthetic results are new objects): reported "moved" where it went, with its
+    # tokens, and where it came from, with none. A move loses no token.
+    input_parts = {id(p) for message in inputs for p in message.parts}
+
+    def arrived(position: int) -> set[int]:
+        index = work.index[position]
+        own = {id(p) for p in inputs[index].parts} if index is not None else set()
+        return {
+            number
+            for number, p in enumerate(work.base[position].parts)
+            if id(p) in input_parts and id(p) not in own
+        }
+
+    moved = {
+        id(work.base[position].parts[number])
+        for position in range(len(work.index))
+        for number in arrived(position)
+    }
 
     def add(step: StepName | None, before: int, after: int) -> None:
         if step is not None:
@@ -50,6 +71,24 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
         add(state.step, state.tokens_before, state.tokens_after)
         return part(p, state.action, state.tokens_before, state.tokens_after, state.ref)
 
+    def moved_report(
+        p: Any, count: int, state: PartState, kept: bool, drop: StepName | None
+    ) -> PartReport:
+        if not kept:
+            add(drop, count, 0)
+            return part(p, "dropped", count, 0)
+        if state.action == "synthesized":  # no step after pair repair changed it
+            add("normalize", count, count)
+            return part(p, "moved", count, count)
+        add(state.step, count, state.tokens_after)
+        return part(p, state.action, count, state.tokens_after, state.ref)
+
+    def removed_report(p: Any, count: int) -> PartReport:
+        if id(p) in moved:
+            return part(p, "moved", count, 0)
+        add("normalize", count, 0)
+        return part(p, "dropped", count, 0)
+
     def zone(position: int) -> Any:
         if position in work.pinned_positions:
             return "pinned"
@@ -70,13 +109,18 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
             for number, p in enumerate(message.parts):
                 count = message_facts(message, work.tokenizer).part_tokens[number]
                 if number in removed:
-                    add("normalize", count, 0)
-                    parts.append(part(p, "dropped", count, 0))
+                    parts.append(removed_report(p, count))
                 else:
                     parts.append(state_report(p, by_origin[number], kept, drop))
-        for state, p in zip(states, work.base[position].parts, strict=True):
+        here = work.base[position]
+        came = arrived(position)
+        for number, (state, p) in enumerate(zip(states, here.parts, strict=True)):
             if state.origin is None:
-                parts.append(state_report(p, state, kept, drop))
+                if number in came:
+                    count = message_facts(here, work.tokenizer).part_tokens[number]
+                    parts.append(moved_report(p, count, state, kept, drop))
+                else:
+                    parts.append(state_report(p, state, kept, drop))
         before = message_facts(message, work.tokenizer).tokens if input_index is not None else 0
         return MessageReport(
             index=work.index[position],
@@ -95,9 +139,7 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
         position = positions_of.get(index)
         if position is None:
             counts = message_facts(message, work.tokenizer).part_tokens
-            parts = [part(p, "dropped", t, 0) for p, t in zip(message.parts, counts, strict=True)]
-            for dropped in parts:
-                add("normalize", dropped.tokens_before, 0)
+            parts = [removed_report(p, t) for p, t in zip(message.parts, counts, strict=True)]
             reports.append(
                 MessageReport(
                     index=index,

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
 import pytest
-from engine_builders import MODEL, T0, _words
+from engine_builders import MODEL, T0, _words, carried_lengths
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -32,7 +29,6 @@ from pydantic_ai.messages import (
 
 from ctxhub.governance import Governed, Policy, govern, memory
 from ctxhub.governance.counting import MessageFacts, message_facts
-from ctxhub.governance.steps.normalize import Pairing
 from ctxhub.governance.tokens import tokenizer_for
 
 TOOLS = ("read", "grep", "run_tests", "manage_todo_list")
@@ -123,20 +119,6 @@ def _same(warm: Governed, cold: Governed) -> None:
     )
 
 
-@contextmanager
-def _carried_lengths() -> Iterator[list[int]]:
-    """How many messages the pairing each ``govern`` call started from had already seen."""
-    seen: list[int] = []
-    extended = Pairing.extended
-
-    def spy(self: Pairing, facts: Sequence[Any]) -> Pairing:
-        seen.append(self.length)
-        return extended(self, facts)
-
-    with mock.patch.object(Pairing, "extended", spy):
-        yield seen
-
-
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_a_long_history_grown_message_by_message_governs_as_a_cold_one(name: str) -> None:
     policy = POLICIES[name]
@@ -147,7 +129,7 @@ def test_a_long_history_grown_message_by_message_governs_as_a_cold_one(name: str
     govern(history, policy, model=MODEL, pinned=pins)
     for size in range(181, len(session) + 1):
         history = [*history, session[size - 1]]
-        with _carried_lengths() as seen:
+        with carried_lengths() as seen:
             warm = govern(history, policy, model=MODEL, pinned=pins)
         assert seen == [size - 1]
         # The same messages as new objects: no cache or carried state applies to them.
@@ -168,7 +150,7 @@ def test_a_stored_long_history_grown_message_by_message_governs_as_a_cold_one() 
     loaded = copy.deepcopy(session)
     carried = 0
     for size in range(180, len(session) + 1):
-        with _carried_lengths() as seen:
+        with carried_lengths() as seen:
             warm = govern(loaded[:size], policy, model=MODEL, facts=facts[:size])
         if size > 180:
             assert seen == [size - 1]
@@ -186,19 +168,19 @@ def test_a_long_history_edited_deep_in_place_is_prepared_again_once_memory_is_cl
     old = history[7]
     old.parts.append(UserPromptPart(_words(300, "grown"), timestamp=T0))
     memory.clear()
-    with _carried_lengths() as seen:
+    with carried_lengths() as seen:
         after = govern(history, policy, model=MODEL)
     assert seen == [0]
     _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
     old.parts = [UserPromptPart("replaced", timestamp=T0)]
     memory.clear()
-    with _carried_lengths() as seen:
+    with carried_lengths() as seen:
         again = govern(history, policy, model=MODEL)
     assert seen == [0]
     _same(again, govern(copy.deepcopy(history), policy, model=MODEL))
     # And a message replaced in the list, the list being the same object.
     history[11] = ModelResponse(parts=[TextPart("another answer")], timestamp=T0)
-    with _carried_lengths() as seen:
+    with carried_lengths() as seen:
         replaced = govern(history, policy, model=MODEL)
     assert seen == [0]
     _same(replaced, govern(copy.deepcopy(history), policy, model=MODEL))

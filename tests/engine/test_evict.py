@@ -76,3 +76,25 @@ def test_read_back_with_offset_limit_and_grep() -> None:
 def test_unknown_reference_and_bad_pattern_are_explained() -> None:
     assert "No evicted output" in read_evicted(None, "ev_nope")
     assert "Invalid grep pattern" in read_evicted("a", "ev_x", grep="(")
+
+
+def test_evicted_texts_are_those_the_governed_history_refers_to() -> None:
+    # Both outputs are evicted, then masking replaces the older one by its placeholder: the
+    # model never sees that reference, so its text is not handed back to be stored.
+    older = LOG.replace("INFO", "WARN")
+    history = [
+        _user("go"),
+        _call("logs", id="c1"),
+        _ret("logs", older, id="c1"),
+        _call("logs", id="c2"),
+        _ret("logs", LOG, id="c2"),
+        _text("ok"),
+        _user("and now?"),
+    ]
+    policy = _tight(300, **{**_evicting(), "masking": {"keep_first": 0, "keep_last": 1}})
+    governed = govern(history, policy, model=MODEL)
+    sent = [p.content for m in governed.messages for p in m.parts if p.part_kind == "tool-return"]
+    assert sent[0].startswith("[result masked")
+    assert f"reference {eviction_ref(LOG)}" in sent[1]
+    assert governed.evicted == {eviction_ref(LOG): LOG}
+    assert governed.report.evicted_refs == [eviction_ref(LOG)]

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
-from engine_builders import MODEL, T0
+from engine_builders import MODEL, T0, carried_lengths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -32,7 +30,6 @@ from test_properties import histories, policies
 
 from ctxhub.governance import Governed, Policy, govern, memory
 from ctxhub.governance.govern import _EDITABLE
-from ctxhub.governance.steps.normalize import Pairing
 from ctxhub.governance.tokens import Tokenizer
 
 OPERATIONS = (
@@ -47,20 +44,6 @@ OPERATIONS = (
     "parts",
     "parts deep",
 )
-
-
-@contextmanager
-def _carried_lengths() -> Iterator[list[int]]:
-    """How many messages the pairing each ``govern`` call started from had already seen."""
-    seen: list[int] = []
-    extended = Pairing.extended
-
-    def spy(self: Pairing, facts: Sequence[Any]) -> Pairing:
-        seen.append(self.length)
-        return extended(self, facts)
-
-    with mock.patch.object(Pairing, "extended", spy):
-        yield seen
 
 
 def _same(warm: Governed, cold: Governed) -> None:
@@ -143,7 +126,7 @@ def test_a_growing_history_governs_as_a_cold_one(
             appended = False
         pins = frozenset(data.draw(st.sets(st.integers(0, max(len(history) - 1, 0)), max_size=1)))
         pins = pins if history else frozenset()
-        with _carried_lengths() as seen:
+        with carried_lengths() as seen:
             warm = govern(history, policy, model=MODEL, pinned=pins)
         if appended and previous is not None:
             # The call extended the previous history instead of starting over.
@@ -164,7 +147,7 @@ def test_governing_again_after_a_cold_copy_still_extends() -> None:
     govern(history, policy, model=MODEL)
     govern(copy.deepcopy(history), policy, model=MODEL)
     history = [*history, ModelRequest(parts=[UserPromptPart("one more", timestamp=T0)])]
-    with _carried_lengths() as seen:
+    with carried_lengths() as seen:
         warm = govern(history, policy, model=MODEL)
     assert seen == [30]
     _same(warm, govern(copy.deepcopy(history), policy, model=MODEL))
@@ -178,13 +161,13 @@ def test_a_latest_message_edited_in_place_is_not_served_stale() -> None:
     ]
     before = govern(history, policy, model=MODEL)
     history[-1].parts.append(UserPromptPart("grown " * 400, timestamp=T0))
-    with _carried_lengths() as seen:
+    with carried_lengths() as seen:
         after = govern(history, policy, model=MODEL)
     assert seen == [0]
     assert after.tokens_before > before.tokens_before
     _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
     history[-5].parts = [UserPromptPart("replaced", timestamp=T0)]
-    with _carried_lengths() as seen:
+    with carried_lengths() as seen:
         again = govern(history, policy, model=MODEL)
     assert seen == [0]
     assert again.tokens_before < after.tokens_before
@@ -199,7 +182,7 @@ def test_an_older_message_edited_in_place_is_seen_once_memory_is_cleared() -> No
     before = govern(history, policy, model=MODEL)
     history[3].parts.append(UserPromptPart("grown " * 400, timestamp=T0))
     memory.clear()
-    with _carried_lengths() as seen:
+    with carried_lengths() as seen:
         after = govern(history, policy, model=MODEL)
     assert seen == [0]
     assert after.tokens_before > before.tokens_before

@@ -30,6 +30,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from report_oracle import reference_report
 
 from ctxhub.governance import Policy, govern
 from ctxhub.governance.counting import message_facts
@@ -271,8 +272,69 @@ def test_a_late_result_moves_to_the_request_right_after_its_call() -> None:
     assert out[3].parts == []
     # The report accounts for every token: it left its request and joined the other.
     report = governed.report
-    assert [p.action for p in report.messages[3].parts] == ["dropped"]
+    assert [p.action for p in report.messages[3].parts] == ["moved"]
+    assert [p.action for p in report.messages[2].parts] == ["kept", "moved"]
     assert report.tokens_after == sum(m.tokens_after for m in report.messages)
+
+
+def test_a_result_two_messages_late_is_reported_moved_where_it_was_and_where_it_went() -> None:
+    history: list[ModelMessage] = [
+        _user("go"),
+        _call("read", id="c1"),
+        _user("and check the tests"),
+        _ret("read", _words(300), id="c1"),
+        _text("done"),
+        _user("more"),
+    ]
+    governed = govern(history, _plain(), model=MODEL)
+    # The result now sits right after its call, ahead of the prompt it came after.
+    assert [m.parts for m in governed.messages[:2]] == [m.parts for m in history[:2]]
+    assert governed.messages[2].parts == [history[3].parts[0], history[2].parts[0]]
+    assert governed.messages[3:] == history[4:]
+    assert pairing_problems(governed.messages) == []
+    tokens = message_facts(history[3], tokenizer_for(MODEL)).part_tokens[0]
+    report = governed.report
+    assert [m.index for m in report.messages] == [0, 1, 2, 3, 4, 5]
+    # Where it went: with its tokens, as it was.
+    went = report.messages[2]
+    assert went.kept
+    assert [(p.action, p.tool_name) for p in went.parts] == [("kept", None), ("moved", "read")]
+    assert (went.parts[1].tokens_before, went.parts[1].tokens_after) == (tokens, tokens)
+    # Where it was: the emptied request is left out, its part moved, not lost.
+    was = report.messages[3]
+    assert not was.kept
+    assert [(p.action, p.tool_name) for p in was.parts] == [("moved", "read")]
+    assert (was.parts[0].tokens_before, was.parts[0].tokens_after) == (tokens, 0)
+    assert "synthesized" not in {p.action for m in report.messages for p in m.parts}
+    assert "dropped" not in {p.action for m in report.messages for p in m.parts}
+    # A move loses no token: one part changed by pair repair, nothing removed.
+    normalize = next(s for s in report.steps if s.step == "normalize")
+    assert (normalize.parts, normalize.tokens_removed) == (1, 0)
+    assert report.tokens_before - report.tokens_after == 3  # the emptied request's framing
+    assert report.tokens_after == sum(m.tokens_after for m in report.messages)
+    assert report.model_dump() == reference_report(governed, history)
+
+
+def test_a_late_result_moved_out_of_a_request_that_stays_is_reported_moved_in_it() -> None:
+    late = ModelRequest(
+        parts=[
+            ToolReturnPart("read", _words(200), tool_call_id="c1", timestamp=T0),
+            UserPromptPart("also this", timestamp=T0),
+        ]
+    )
+    history: list[ModelMessage] = [_user("go"), _call("read", id="c1"), _user("wait"), late]
+    governed = govern(history, _plain(), model=MODEL)
+    assert governed.messages[2].parts == [late.parts[0], history[2].parts[0]]
+    assert governed.messages[3].parts == [late.parts[1]]
+    report = governed.report
+    assert [p.action for p in report.messages[2].parts] == ["kept", "moved"]
+    was = report.messages[3]
+    assert was.kept
+    assert [p.action for p in was.parts] == ["moved", "kept"]
+    assert was.parts[0].tokens_after == 0
+    assert was.tokens_after == sum(p.tokens_after for p in was.parts) + 3
+    assert report.tokens_after == report.tokens_before
+    assert report.model_dump() == reference_report(governed, history)
 
 
 def test_a_late_result_after_a_response_gets_a_request_after_its_call() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -473,30 +474,34 @@ def _replay(detail: str) -> None:
 PHASES = (Phase.explicit, Phase.generate, *((Phase.shrink,) if SHRINK else ()))
 
 
-@seed(SEED)
-@settings(
-    max_examples=150,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    report_multiple_bugs=False,
-    phases=PHASES,
-)
+Test = Callable[..., None]
+
+
+def seeded(max_examples: int) -> Callable[[Test], Test]:
+    """This run's seed and the settings every property here shares, with its example count."""
+
+    def decorate(test: Test) -> Test:
+        configured = settings(
+            max_examples=max_examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+            report_multiple_bugs=False,
+            phases=PHASES,
+        )(test)
+        return seed(SEED)(configured)
+
+    return decorate
+
+
+@seeded(max_examples=150)
 @given(history=histories(), policy=policies(), data=st.data())
 def test_invariants_hold(history: list[ModelMessage], policy: Policy, data: st.DataObject) -> None:
     _replay(f"{len(history)} messages")
     check_governed(history, policy, _pins(data, history, 2))
 
 
-@seed(SEED)
-@settings(
-    max_examples=150,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    report_multiple_bugs=False,
-    phases=PHASES,
-)
+@seeded(max_examples=150)
 @given(spec=specs(), policy=long_policies(), data=st.data())
 def test_invariants_hold_on_long_histories(spec: Spec, policy: Policy, data: st.DataObject) -> None:
     history = build(spec)
@@ -504,15 +509,7 @@ def test_invariants_hold_on_long_histories(spec: Spec, policy: Policy, data: st.
     check_governed(history, policy, _pins(data, history, 4))
 
 
-@seed(SEED)
-@settings(
-    max_examples=40,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    report_multiple_bugs=False,
-    phases=PHASES,
-)
+@seeded(max_examples=40)
 @given(history=histories(), window=st.integers(2_000, 30_000))
 def test_budget_is_met_when_the_untouchable_part_fits(
     history: list[ModelMessage], window: int
@@ -546,15 +543,7 @@ def test_budget_is_met_when_the_untouchable_part_fits(
         assert governed.fits, governed.report.reason
 
 
-@seed(SEED)
-@settings(
-    max_examples=15,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    report_multiple_bugs=False,
-    phases=PHASES,
-)
+@seeded(max_examples=15)
 @given(spec=specs(), policy=long_policies(), steps=st.integers(2, 12))
 def test_a_long_history_grown_governs_as_a_cold_one(spec: Spec, policy: Policy, steps: int) -> None:
     # Pair repair carries its pairing from call to call: a result arriving late, after its

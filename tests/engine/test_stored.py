@@ -14,13 +14,22 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, overload
-from unittest import mock
 
 import pytest
-from engine_builders import MODEL, T0, _call, _calls, _ret, _rets, _text, _user, _words
+from engine_builders import (
+    MODEL,
+    T0,
+    _call,
+    _calls,
+    _ret,
+    _rets,
+    _text,
+    _user,
+    _words,
+    carried_lengths,
+)
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -117,20 +126,6 @@ def _allowed(governed: Governed, facts: list[MessageFacts], instructions: str | 
     if instructions is None and carrying:
         allowed.add(carrying[-1])
     return allowed
-
-
-@contextmanager
-def _carried_lengths() -> Iterator[list[int]]:
-    """How many messages the pairing each ``govern`` call started from had already seen."""
-    seen: list[int] = []
-    extended = Pairing.extended
-
-    def spy(self: Pairing, facts: Sequence[Any]) -> Pairing:
-        seen.append(self.length)
-        return extended(self, facts)
-
-    with mock.patch.object(Pairing, "extended", spy):
-        yield seen
 
 
 # --- facts as JSON -------------------------------------------------------------------------------
@@ -302,7 +297,7 @@ def test_a_stored_history_grown_one_message_at_a_time_governs_as_a_cold_one(
     for size in range(start, len(stream) + 1):
         options = _options(data.draw, stream[:size])
         lazy = LazyRecorder(loaded, size)
-        with _carried_lengths() as seen:
+        with carried_lengths() as seen:
             governed = govern(lazy, policy, model=MODEL, facts=facts[:size], **options)
         if previous is not None:
             assert seen == [previous]  # extended the previous call's history

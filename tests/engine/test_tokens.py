@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user, _words
-from pydantic_ai.messages import ModelRequest, UserPromptPart
+import json
+
+from engine_builders import MODEL, T0, _call, _off, _ret, _text, _tight, _user, _words
+from pydantic_ai.messages import (
+    ImageUrl,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.tools import ToolDefinition
 
 import ctxhub.governance.counting as counting
 from ctxhub.governance import count_tokens, govern
-from ctxhub.governance.tokens import context_window, message_tokens, tokenizer_for
+from ctxhub.governance.counting import cached_part_tokens, message_facts
+from ctxhub.governance.tokens import context_window, load_encoding, tokenizer_for
 
 
 def test_encodings_per_model_family() -> None:
@@ -28,6 +39,41 @@ def test_exact_counts_match_known_values() -> None:
     assert count_tokens("<|endoftext|>", model="gpt-4o") > 1  # data, not a control token
 
 
+def test_message_counts_are_the_text_tokens_plus_the_framing() -> None:
+    # The documented formula, worked out from tiktoken itself: 3 tokens per message, 1 per
+    # part, 85 per media item; a tool call counts its name and its arguments as compact JSON
+    # (as a provider is sent them), a tool result its name and its output.
+    encoding = load_encoding("o200k_base")
+    assert encoding is not None
+
+    def text(value: str) -> int:
+        return len(encoding.encode(value, disallowed_special=()))
+
+    tokenizer = tokenizer_for(MODEL)
+    args = {"path": "src/app.py", "lines": [1, 40]}
+    output = "def main():\n    return 0\n" * 40
+    response = ModelResponse(
+        parts=[TextPart("Reading the file."), ToolCallPart("read_file", args, tool_call_id="c")],
+        timestamp=T0,
+    )
+    request = ModelRequest(
+        parts=[
+            ToolReturnPart("read_file", output, tool_call_id="c", timestamp=T0),
+            UserPromptPart([ImageUrl("https://example.com/a.png")], timestamp=T0),
+        ]
+    )
+    call_tokens = 1 + text("read_file") + text(json.dumps(args, separators=(",", ":")))
+    result_tokens = 1 + text("read_file") + text(output)
+    assert cached_part_tokens(response.parts[1], tokenizer) == call_tokens
+    assert cached_part_tokens(request.parts[0], tokenizer) == result_tokens
+    assert cached_part_tokens(request.parts[1], tokenizer) == 1 + 85
+    assert message_facts(response, tokenizer).tokens == (
+        3 + (1 + text("Reading the file.")) + call_tokens
+    )
+    assert message_facts(request, tokenizer).tokens == 3 + result_tokens + (1 + 85)
+    assert message_facts(request, tokenizer).part_tokens == (result_tokens, 1 + 85)
+
+
 def test_context_windows_by_family_with_override() -> None:
     assert context_window("openai:gpt-4o") == 128_000
     assert context_window("openai:gpt-4.1-mini") == 1_000_000
@@ -41,7 +87,7 @@ def test_instructions_are_counted_once_from_the_latest_request() -> None:
     first = ModelRequest(parts=[UserPromptPart("a")], instructions=_words(500))
     latest = ModelRequest(parts=[UserPromptPart("b")], instructions="short")
     tokenizer = tokenizer_for(MODEL)
-    expected = message_tokens(first, tokenizer) + message_tokens(latest, tokenizer) + 1
+    expected = message_facts(first, tokenizer).tokens + message_facts(latest, tokenizer).tokens + 1
     assert count_tokens([first, _text("x"), latest], model=MODEL) == expected + 5
 
 

@@ -14,11 +14,11 @@ from engine_builders import MODEL, T0, _off, _ret, _text, _tight, _user
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 
 from ctxhub.governance import count_tokens, govern
-from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.counting import MessageFacts, cached_part_tokens, message_facts
 from ctxhub.governance.policy import MIN_TRUNCATION_TOKENS
 from ctxhub.governance.steps.normalize import pairing_problems
 from ctxhub.governance.steps.truncate import truncate_args
-from ctxhub.governance.tokens import APPROXIMATE_FALLBACK, Tokenizer, part_tokens, tokenizer_for
+from ctxhub.governance.tokens import APPROXIMATE_FALLBACK, Tokenizer, tokenizer_for
 
 TOKENIZER = tokenizer_for(MODEL)
 BIG = 1_000_000
@@ -104,8 +104,8 @@ def test_a_large_write_in_an_older_turn_is_cut_to_valid_json() -> None:
 def test_the_report_shows_the_call_truncated() -> None:
     history = _older(_write())
     governed = govern(history, _policy(), model=MODEL)
-    before = part_tokens(_call_of(history), TOKENIZER)
-    after = part_tokens(_call_of(governed.messages), TOKENIZER)
+    before = cached_part_tokens(_call_of(history), TOKENIZER)
+    after = cached_part_tokens(_call_of(governed.messages), TOKENIZER)
     assert after < before
     parts = governed.report.messages[1].parts
     assert [p.action for p in parts] == ["kept", "truncated"]

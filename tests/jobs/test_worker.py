@@ -9,7 +9,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from ctxhub.celery import app as celery_app
-from ctxhub.governance.tokens import message_tokens, tokenizer_for
+from ctxhub.governance.counting import message_facts
+from ctxhub.governance.tokens import tokenizer_for
 from sessions import services, tasks
 from sessions.models import Message
 from tests.conftest import ARTIFACTS, required_env
@@ -43,7 +44,7 @@ def test_a_worker_recounts_tokens_and_pushes_the_meter(worker: None, alice: obje
     outcome = tasks.recount_session_tokens.delay(str(session.pk)).get(timeout=60)
 
     rows = list(Message.objects.filter(session=session))
-    expected = sum(message_tokens(r.message, tokenizer_for("openai:gpt-4")) for r in rows)
+    expected = sum(message_facts(r.message, tokenizer_for("openai:gpt-4")).tokens for r in rows)
     assert {r.encoding for r in rows} == {"cl100k_base"}
     assert outcome == {"session": str(session.pk), "messages": 2, "tokens": expected}
     event = async_to_sync(layer.receive)(channel)

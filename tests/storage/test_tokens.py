@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxhub.governance.tokens import count_text, message_tokens, tokenizer_for
+from ctxhub.governance.counting import message_facts
+from ctxhub.governance.tokens import count_text, tokenizer_for
 from sessions import services
 from sessions.models import Message
 from tests.factories import make_session, result, user
@@ -17,7 +18,7 @@ def test_counts_are_exact_and_cached_with_their_encoding(alice: object) -> None:
     )
     row = services.append_message(session, message)
     assert (row.encoding, row.tokens_exact) == ("o200k_base", True)
-    assert row.tokens == message_tokens(message, tokenizer_for("openai:gpt-4o"))
+    assert row.tokens == message_facts(message, tokenizer_for("openai:gpt-4o")).tokens
     assert (
         row.tokens
         > count_text("FAILED tests/test_parser.py::test_bom - AssertionError\n", "o200k_base") * 50
@@ -42,5 +43,5 @@ def test_recount_follows_a_model_change(alice: object) -> None:
     rows = Message.objects.filter(session=session)
     assert {row.encoding for row in rows} == {"cl100k_base"}
     assert totals.tokens == sum(row.tokens for row in rows)
-    assert totals.tokens == 3 * message_tokens(rows[0].message, tokenizer_for("gpt-4"))
+    assert totals.tokens == 3 * message_facts(rows[0].message, tokenizer_for("gpt-4")).tokens
     assert totals.window == 128_000

@@ -14,6 +14,7 @@ from pydantic_ai.usage import RequestUsage
 from sessions import services
 from sessions.history import record_state
 from sessions.models import AgentSession, Compaction
+from sessions.presenters import present_message
 from sessions.trajectory import trajectory
 from sessions.xray import USED, Fates, xray
 from tests.factories import agent_turns, call, make_session, reply, result, user
@@ -102,6 +103,41 @@ def test_fates_name_what_each_part_goes_through(client: Client, alice: object) -
     fates = client.get(f"/sessions/{session.pk}/fates/?from=1&to=3").content.decode()
     assert fates.count('hx-swap-oob="true"') == 3
     assert 'id="fate-0"' not in fates
+
+
+def test_a_late_result_shows_moved_where_it_was_stored_and_where_it_is_sent(
+    client: Client, alice: object
+) -> None:
+    session = make_session(alice, model="openai:gpt-4o")
+    output = "line of the file\n" * 100
+    services.append_messages(
+        session,
+        [
+            user("go"),
+            call("read", "c1", path="a.py"),
+            user("and the tests"),
+            result("read", "c1", output),  # stored after the next prompt: moved up
+            reply("done"),
+            user("more"),
+        ],
+    )
+    context = services.governed_context(session)
+    fates = Fates(context, record_state(session))
+    views = {view.seq: view for view in map(present_message, session.messages.all())}
+    stored, sent = fates.fate(views[3]), fates.fate(views[2])
+    # Where it was stored: left out, but nothing lost.
+    assert stored.state == "moved"
+    assert [p.action for p in stored.parts] == ["moved"]
+    # Where it is sent: the prompt, with the result put in right after the call.
+    assert sent.state == "sent"
+    assert [(p.action, p.tool_name) for p in sent.added] == [("moved", "read")]
+    assert sent.tokens_after == views[2].tokens + sent.added[0].tokens_after
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert re.search(r'id="fate-3"[^>]*data-state="moved"', page)
+    assert 'data-testid="moved"' in page
+    assert 'data-testid="added-moved"' in page
+    assert "dropped" not in re.findall(r'class="badge (?:state|action)-(\w+)"', page)
 
 
 def test_sent_and_original_differ_where_governance_changed_a_part(

@@ -16,8 +16,9 @@ again changes nothing: a reference is governance's own part, not an output.
 
 from __future__ import annotations
 
-from .._work import Transform, Work, marked, plain_output, tool_output_text, with_content
+from .._work import Work
 from ..counting import Part, cached_part_tokens, part_cache
+from ..parts import Transform, marked, plain_output, tool_output_text, with_content
 
 
 def reference(part: Part, tokens: int, newest_call: str, work: Work) -> Transform | None:

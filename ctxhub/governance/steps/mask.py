@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from itertools import compress
 from operator import attrgetter, not_
+from typing import TYPE_CHECKING
 
-from .._work import Transform, Work, plain_output, with_content
 from ..counting import Part, cached_part_tokens, part_cache
+from ..parts import Transform, plain_output, with_content
 from ..tokens import Tokenizer
+
+if TYPE_CHECKING:
+    from .._work import Work
 
 _MASKABLE = attrgetter("maskable")
 _TOOL_NAMES = attrgetter("tool_names")

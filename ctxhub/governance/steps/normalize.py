@@ -45,7 +45,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from .._work import Messages, rebuilt
+from .._work import Messages
 from ..counting import (
     MessageFacts,
     Part,
@@ -55,6 +55,7 @@ from ..counting import (
     part_cache,
     result_call_id,
 )
+from ..parts import rebuilt
 from ..tokens import Tokenizer
 
 _AFTER_ANY = 1 << 62

@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic_ai.messages import ToolReturnPart
 
-from .._work import Transform, Work, marked, plain_output, tool_output_text, with_content
+from .._work import Work
 from ..counting import cached_part_tokens
+from ..parts import Transform, marked, plain_output, tool_output_text, with_content
 from ..policy import MIN_TRUNCATION_TOKENS
 from .truncate import truncate_text
 

@@ -31,8 +31,8 @@ from itertools import accumulate, chain
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
-from .._work import MARK, Work
-from ..counting import message_facts, window_notice
+from .._work import Work
+from ..counting import MARK, message_facts, window_notice
 
 CARRY_BELOW_CUT = 1_024
 """How many positions below where the walk stopped the next call is offered (see ``Carry``)."""
@@ -319,13 +319,13 @@ def window(work: Work) -> int | None:
         return 0
     work.tail_start = cut
     if not policy.triggers:
-        # Below where the walk stopped this call governed only what it carried over (with a
-        # trigger it governed every kept message, to measure them). The next call is offered
-        # what lies a little below the stop too: the cut moves back when room frees up (an
-        # output masked, a turn's outputs truncated), about as far as one output is worth in
-        # masked messages, and each time it would govern those messages again.
-        low = stopped if work.seeded is None else min(stopped, work.seeded[0])
-        work.governed_from = max(low, stopped - CARRY_BELOW_CUT)
+        # Below where the walk stopped this call governed only what it carried over and what
+        # proving the history over budget took (with a trigger it governed every kept message,
+        # to measure them). The next call is offered what lies a little below the stop: the
+        # cut moves back when room frees up (an output masked, a turn's outputs truncated),
+        # about as far as one output is worth in masked messages, and each time it would
+        # govern those messages again.
+        work.governed_from = max(stopped - CARRY_BELOW_CUT, 0)
     # Earlier notices are folded into the new one, not counted as omitted messages.
     window_dropped = work.dropped_by.get
     omitted = previous + dropped - sum(1 for p in notices if window_dropped(p) == "window")

@@ -1,0 +1,231 @@
+"""What one ``govern`` call hands the next on the same history grown, and how the next takes it.
+
+A long-lived session governs the same history plus a message or two before every request. The
+counts before caps, and the governed versions that still hold, are carried from one call to
+the next, so a call pays for what is new rather than for the history.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import and_, attrgetter, ge, is_
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.messages import ModelMessage
+
+from .counting import MessageFacts
+from .parts import Transform
+
+if TYPE_CHECKING:
+    from ._work import Work
+
+
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """What one ``govern`` call worked out, for the next call on the same history grown.
+
+    The next call's normalised history begins like this one's (up to where pair repair treats
+    the new messages differently, found in a few C-level comparisons), so the counts before
+    caps are taken from ``base_tokens``. A position's governed version depends only on its
+    message, the part-cap settings, the pinned positions, whether it is before the current
+    turn (or is its latest user request) and whether masking replaces its results. Before both
+    calls' current turns (or anywhere, when both are in the same turn), strictly inside both
+    masked spans (every output masked) and past both spans (no output masked), the next call
+    takes the versions this one governed as they are,
+    when the facts at the position are the same object (the same message: facts are cached by
+    message identity, and a caller passing stored facts keeps one object per message). Only
+    positions from ``governed_from`` on are offered: below it the window dropped the history,
+    most of it unread, so looking there would be a pass over the history for next to nothing.
+
+    Whether the history is over budget with caps alone decides masking, and proving it walks
+    from the newest message back until the budget is spent. The counts with caps alone that
+    the walk took are carried by the same rule (before both current turns, or anywhere in the
+    same turn, for the same facts object), so the next call's walk reads them instead of
+    governing those messages again.
+    """
+
+    facts: list[MessageFacts]
+    base_tokens: array[int]
+    """Tokens of each position before caps and masks."""
+    base_total: int
+    messages: list[ModelMessage | None]
+    tokens: array[int]
+    """Governed tokens of each position; -1 where the call did not govern it."""
+    changes: list[tuple[tuple[int, Transform], ...]]
+    span: tuple[int, int, int, int] | None
+    turn: tuple[int, int | None]
+    """Where the current turn starts and its latest user request."""
+    governed_from: int
+    altered: frozenset[int]
+    """Positions whose messages a step changed past their governed versions (``set_part``)."""
+    settings: tuple[int, frozenset[int]]
+    """The part-cap settings key and the pinned positions."""
+    capped: array[int]
+    """Tokens of each position with caps alone (no mask); -1 where the call did not count it."""
+    evicting: set[int]
+    """Positions whose governed versions evict an output."""
+
+
+def common_prefix(old: list[Any], new: list[Any]) -> int:
+    """How many leading items two lists share (equal items; the same object is equal).
+
+    A few C-level list comparisons, halving the stretch that differs: on lists that agree
+    but for their last few items this costs about two passes, never a Python loop.
+    """
+    size = min(len(old), len(new))
+    if old[:size] == new[:size]:
+        return size
+    low, high = 0, size  # old[:low] == new[:low]; the first difference is before high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if old[low:middle] == new[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def base_counts(
+    carried: Carry | None, facts: list[MessageFacts], shared: int | None
+) -> tuple[array[int], int, int]:
+    """Tokens of each position before caps and masks, their sum, and how many leading facts
+    are the carried call's (``shared``, compared when None), whose counts are taken whole."""
+    # Machine-integer arrays rather than lists: copying, slicing and filling them is a memory
+    # copy, with no reference counts to touch on every item.
+    if carried is None:
+        base = array("q", map(_TOKENS, facts))
+        return base, sum(base), 0
+    same = common_prefix(carried.facts, facts) if shared is None else shared
+    base = carried.base_tokens[:same]
+    base.extend(map(_TOKENS, facts[same:]))
+    total = carried.base_total - sum(carried.base_tokens[same:]) + sum(base[same:])
+    return base, total, same
+
+
+def over_with_caps(work: Work) -> bool:
+    """Whether the history, with caps alone (before masking), exceeds the budget.
+
+    Proven like ``Work.exact_over``, newest first, reading the previous call's counts where
+    they hold (see ``Carry``) and governing only the other messages.
+    """
+    limit = work.limit
+    if work.total_tokens <= limit:  # caps only ever shrink a message
+        return False
+    carried = work.carried
+    facts, capped = work.facts, work.capped
+    if carried is None or carried.settings != (work.cap_key, work.pinned_positions):
+        below = 0
+    else:
+        below = min(len(facts), len(carried.facts))
+        if not _same_governing(work, carried):
+            below = min(below, work.turn_start, carried.turn[0])
+    known, old_facts = (carried.capped, carried.facts) if carried is not None else ((), ())
+    total = 0
+    for position in range(len(facts) - 1, -1, -1):
+        count = known[position] if position < below else -1
+        if count >= 0 and facts[position] is old_facts[position]:
+            capped[position] = count
+        else:
+            count = work.materialise(position)
+        total += count
+        if total > limit:
+            return True
+    return False
+
+
+def _same_governing(work: Work, carried: Carry) -> bool:
+    """Whether a message governs the same in both calls wherever masking leaves it alone."""
+    return carried.turn == (work.turn_start, work.latest_prompt) and carried.settings == (
+        work.cap_key,
+        work.pinned_positions,
+    )
+
+
+def carry_of(work: Work) -> Carry:
+    """What a call worked out, for the next call on the history grown."""
+    return Carry(
+        work.facts,
+        work.base_tokens,
+        work.base_total,
+        work.messages,
+        work.governed_tokens,
+        work.changes,
+        work.mask_span,
+        (work.turn_start, work.latest_prompt),
+        work.governed_from,
+        frozenset(work.states),
+        (work.cap_key, work.pinned_positions),
+        work.capped,
+        work.evicting,
+    )
+
+
+def seed(work: Work) -> None:
+    """Take the governed versions the previous call made that are still valid (see
+    ``Carry``); called once masking has planned its span, before anything is dropped."""
+    carried = work.carried
+    if carried is None or carried.settings != (work.cap_key, work.pinned_positions):
+        return
+    span, old = work.mask_span, carried.span
+    if span is None or old is None:
+        return
+    limit = min(len(work.facts), len(carried.facts))
+    if not _same_governing(work, carried):
+        limit = min(limit, work.turn_start, carried.turn[0])
+    # Strictly inside both masked spans every output is masked (none is evicted).
+    positions = _carried(work, max(span[0], old[0]) + 1, min(span[2], old[2], limit))
+    if positions:
+        first, last = positions[0], positions[-1] + 1
+        if last - first == len(positions):
+            # The usual case: one run (the previous call governed its newest positions).
+            work.total_tokens += sum(carried.tokens[first:last]) - sum(work.tokens[first:last])
+            work.messages[first:last] = carried.messages[first:last]
+            work.tokens[first:last] = carried.tokens[first:last]
+            work.governed_tokens[first:last] = carried.tokens[first:last]
+            work.changes[first:last] = carried.changes[first:last]
+            work.seeded = (first, last)
+        else:
+            _take(work, positions)
+            # The newest run, for the walks that skip it (see ``seeded``).
+            at = len(positions) - 1
+            while at and positions[at - 1] == positions[at] - 1:
+                at -= 1
+            work.seeded = (positions[at], last)
+    # After both spans no output is masked.
+    _take(work, _carried(work, max(span[2], old[2]) + 1, limit))
+
+
+def _carried(work: Work, start: int, end: int) -> list[int]:
+    """Positions in ``[start, end)`` whose carried governed versions hold (C-level)."""
+    carried = work.carried
+    assert carried is not None
+    start = max(start, carried.governed_from)
+    if end <= start:
+        return []
+    same = map(is_, work.facts[start:end], carried.facts[start:end])
+    known = map(ge, carried.tokens[start:end], repeat(0))
+    # A position this call already governed (the budget check) and whose result masking
+    # now replaces was invalidated, so its carried version is its version too.
+    positions = list(compress(range(start, end), map(and_, same, known)))
+    if carried.altered:
+        positions = [p for p in positions if p not in carried.altered]
+    return positions
+
+
+def _take(work: Work, positions: Iterable[int]) -> None:
+    """Take the carried governed versions of ``positions``."""
+    carried = work.carried
+    assert carried is not None
+    for position in positions:
+        work.messages[position] = carried.messages[position]
+        work.set_tokens(position, carried.tokens[position])
+        work.governed_tokens[position] = carried.tokens[position]
+        work.changes[position] = carried.changes[position]
+        if position in carried.evicting:
+            work.evicting.add(position)
+
+
+_TOKENS = attrgetter("tokens")

@@ -96,3 +96,23 @@ def test_structured_outputs_are_the_same_whatever_their_key_order() -> None:
     governed = govern(history, governed_policy(), model=MODEL)
     actions = [p.action for m in governed.report.messages for p in m.parts]
     assert actions.count("deduplicated") == 1
+
+
+def test_copies_truncated_to_the_same_text_become_a_reference_once() -> None:
+    # Every output truncated alike: the copies sent are the same text, so the older becomes a
+    # reference at once; left whole, it would be found repeated when the result is governed.
+    history = _rereads()
+    policy = _tight(
+        1_000_000, **_off(tool_output={"limit": 300, "scope": "all"}, dedupe={"enabled": True})
+    )
+    governed = govern(history, policy, model=MODEL)
+    reads = [p for p in _outputs(governed.messages) if p.tool_name == "read_file"]
+    assert [p.content.startswith("[same output as the later read_file call r2") for p in reads] == [
+        True,
+        True,
+        False,
+    ]
+    actions = [p.action for m in governed.report.messages for p in m.parts if p.tool_name]
+    assert actions.count("deduplicated") == 2
+    assert reads[2].content != FILE  # the newest copy is truncated, as the older were
+    assert govern(governed.messages, policy, model=MODEL).messages == governed.messages

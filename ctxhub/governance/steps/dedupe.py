@@ -8,10 +8,11 @@ copy is in the request as it was:
     [same output as the later read_file call c42 — ~5200 tokens]
 
 It runs after the window and group dropping, on what they kept, and only where the newest copy
-is sent whole (kept, not masked, truncated or evicted): a reference to something the model
-cannot see would lose the output. Outputs of at most ``Dedupe.min_tokens`` are left alone (a
-reference would save little), as are pinned messages and protected tools. Governing the result
-again changes nothing: a reference is governance's own part, not an output.
+is sent whole (kept, not masked, truncated or evicted), or where both copies are truncated to
+the same text: a reference to something the model cannot see would lose the output. Outputs
+of at most ``Dedupe.min_tokens`` are left alone (a reference would save little), as are pinned
+messages and protected tools. Governing the result again changes nothing: a reference is
+governance's own part, not an output.
 """
 
 from __future__ import annotations
@@ -47,17 +48,28 @@ def dedupe(work: Work) -> int:
     for (position, number), (newest, newest_number) in work.duplicates.items():
         if not (work.kept[position] and work.kept[newest]):
             continue
-        if work.exempt(position) or not _sent_whole(work, newest, newest_number):
+        if work.exempt(position):
             continue
         work.materialise(position)
-        states = work.states_of(position)
-        state = states[number]
-        if state.action not in _WHOLE or state.tokens_after <= minimum:
+        work.materialise(newest)
+        state = work.states_of(position)[number]
+        newest_action = work.states_of(newest)[newest_number].action
+        if state.tokens_after <= minimum:
             continue
         part = work.message_at(position).parts[number]
         newest_part = work.message_at(newest).parts[newest_number]
         newest_output = plain_output(newest_part)
         if newest_output is None or tool_output_text(newest_output) is None:
+            continue
+        if not (
+            (state.action in _WHOLE and newest_action in _WHOLE)
+            # Truncated alike, the copies are the same text again: governing the result would
+            # find them repeated.
+            or (
+                state.action == newest_action == "truncated"
+                and getattr(part, "content", None) == newest_output.content
+            )
+        ):
             continue
         transform = reference(part, state.tokens_after, newest_output.tool_call_id, work)
         if transform is not None:
@@ -66,11 +78,6 @@ def dedupe(work: Work) -> int:
     return replaced
 
 
-# A result pair repair moved next to its call is reported as synthesized where it now sits,
-# but its text is the tool's own: it counts as sent whole, as it will when governed again.
+# A result pair repair moved next to its call is synthesized in the working state where it now
+# sits, but its text is the tool's own: it counts as sent whole, as it will when governed again.
 _WHOLE = frozenset({"kept", "synthesized"})
-
-
-def _sent_whole(work: Work, position: int, number: int) -> bool:
-    work.materialise(position)
-    return work.states_of(position)[number].action in _WHOLE

@@ -91,7 +91,7 @@ def storable_payload(message: ModelMessage) -> dict[str, Any]:
     """``message_to_payload``, refusing what a database cannot keep as it is: PostgreSQL's
     JSON has no NUL character, and storing a message altered would lose what was sent."""
     payload = message_to_payload(message)
-    nul = _nul_path(payload)
+    nul = nul_path(payload)
     if nul is not None:
         raise InvalidPayload(
             [FieldError(nul, "contains a NUL character (\\u0000), which cannot be stored")]
@@ -99,7 +99,7 @@ def storable_payload(message: ModelMessage) -> dict[str, Any]:
     return payload
 
 
-def _nul_path(data: Any, path: str = "") -> str | None:
+def nul_path(data: Any, path: str = "") -> str | None:
     """The path of the first string holding a NUL character, if any."""
     if isinstance(data, str):
         return path if "\x00" in data else None
@@ -113,7 +113,7 @@ def _nul_path(data: Any, path: str = "") -> str | None:
     for key, value in items:
         if isinstance(key, str) and "\x00" in key:
             return f"{path}.{key}".lstrip(".")
-        found = _nul_path(value, f"{path}.{key}".lstrip("."))
+        found = nul_path(value, f"{path}.{key}".lstrip("."))
         if found is not None:
             return found
     return None

@@ -7,16 +7,33 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Field, Schema
+from pydantic import field_validator
+
+from ..payloads import nul_path
 
 
-class SessionIn(Schema):
+class _Storable(Schema):
+    """A request body whose strings are stored: PostgreSQL keeps no NUL character, so one is
+    refused (a 422 naming the field) rather than failing the write."""
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        path = nul_path(value)
+        if path is not None:
+            where = f" (at {path})" if path else ""
+            raise ValueError(f"contains a NUL character (\\u0000){where}, which cannot be stored")
+        return value
+
+
+class SessionIn(_Storable):
     title: str = Field(min_length=1, max_length=200)
     model: str = Field(min_length=1, max_length=200, description="A pydantic-ai model string.")
     context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
     policy: dict[str, Any] = Field(default_factory=dict, description="Policy overrides.")
 
 
-class SessionPatch(Schema):
+class SessionPatch(_Storable):
     title: str | None = Field(default=None, min_length=1, max_length=200)
     model: str | None = Field(default=None, min_length=1, max_length=200)
     context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
@@ -77,7 +94,7 @@ class ContextOut(Schema):
     report: dict[str, Any] = Field(description="The ContextReport: budget, zones, actions.")
 
 
-class CompactionIn(Schema):
+class CompactionIn(_Storable):
     focus: str = Field(default="", max_length=2_000)
     dry_run: bool = False
     keep_from: int | None = Field(default=None, ge=0, le=2**31 - 1)

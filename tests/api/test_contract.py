@@ -161,6 +161,10 @@ def test_sessions_are_created_listed_by_cursor_read_and_patched(api: Api, alice:
     assert patched.json()["title"] == "renamed"
     assert AgentSession.objects.get(pk=one).policy == {"context_window": 50_000}
     assert api.call("get", f"/sessions/{one}").json()["title"] == "renamed"
+    nul = api.call("patch", f"/sessions/{one}", {"title": "x\u0000"})
+    assert nul.status_code == 422
+    assert error(nul)["field"] == "title"
+    assert AgentSession.objects.get(pk=one).title == "renamed"
 
 
 @pytest.mark.parametrize(
@@ -172,6 +176,12 @@ def test_sessions_are_created_listed_by_cursor_read_and_patched(api: Api, alice:
             "policy.safety_margin",
         ),
         ({"title": "t", "model": "openai:gpt-4o", "context_window": 5}, "context_window"),
+        # PostgreSQL keeps no NUL character: refused, not a failed write.
+        ({"title": "p\u0000k", "model": "openai:gpt-4o"}, "title"),
+        (
+            {"title": "t", "model": "openai:gpt-4o", "policy": {"window": {"notice": "\u0000"}}},
+            "policy",
+        ),
     ],
 )
 def test_a_bad_session_names_its_field(api: Api, body: dict[str, Any], field: str) -> None:

@@ -19,7 +19,7 @@ from typing import Protocol
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from .carry import Carry, base_counts
-from .counting import MessageFacts, cached_part_tokens, message_cache
+from .counting import MessageFacts, message_cache, message_tokens
 from .parts import PartState, Transform, rebuilt
 from .policy import Policy
 from .report import StepName
@@ -207,11 +207,7 @@ class Work:
 
     def notice_tokens(self) -> int:
         """Tokens of the window notice, if there is one."""
-        if self.notice is None:
-            return 0
-        return MESSAGE_OVERHEAD + sum(
-            cached_part_tokens(p, self.tokenizer) for p in self.notice.parts
-        )
+        return 0 if self.notice is None else message_tokens(self.notice, self.tokenizer)
 
     def exact_over(self, limit: int | None = None, *, eager: bool = False) -> bool:
         """Whether the kept messages exceed ``limit`` once governed, materialising newest first.

@@ -8,7 +8,7 @@ the next, so a call pays for what is new rather than for the history.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, attrgetter, ge, is_
@@ -175,8 +175,11 @@ def seed(work: Work) -> None:
     limit = min(len(work.facts), len(carried.facts))
     if not _same_governing(work, carried):
         limit = min(limit, work.turn_start, carried.turn[0])
-    # Strictly inside both masked spans every output is masked (none is evicted).
-    positions = _carried(work, max(span[0], old[0]) + 1, min(span[2], old[2], limit))
+    offered = carried.governed_from
+    # Before both masked spans no output is masked: the head, governed on every call.
+    _take(work, _carried(work, 0, min(span[0], old[0], limit)))
+    # Strictly inside both spans every output is masked.
+    positions = _carried(work, max(span[0], old[0], offered - 1) + 1, min(span[2], old[2], limit))
     if positions:
         first, last = positions[0], positions[-1] + 1
         if last - first == len(positions):
@@ -195,21 +198,24 @@ def seed(work: Work) -> None:
                 at -= 1
             work.seeded = (positions[at], last)
     # After both spans no output is masked.
-    _take(work, _carried(work, max(span[2], old[2]) + 1, limit))
+    _take(work, _carried(work, max(span[2], old[2], offered - 1) + 1, limit))
 
 
-def _carried(work: Work, start: int, end: int) -> list[int]:
+def _carried(work: Work, start: int, end: int) -> Sequence[int]:
     """Positions in ``[start, end)`` whose carried governed versions hold (C-level)."""
     carried = work.carried
     assert carried is not None
-    start = max(start, carried.governed_from)
     if end <= start:
-        return []
-    same = map(is_, work.facts[start:end], carried.facts[start:end])
-    known = map(ge, carried.tokens[start:end], repeat(0))
+        return ()
+    facts, old, tokens = work.facts[start:end], carried.facts[start:end], carried.tokens[start:end]
     # A position this call already governed (the budget check) and whose result masking
     # now replaces was invalidated, so its carried version is its version too.
-    positions = list(compress(range(start, end), map(and_, same, known)))
+    positions: Sequence[int]
+    if min(tokens) >= 0 and all(map(is_, facts, old)):
+        positions = range(start, end)  # the usual case, found without a list of positions
+    else:
+        same, known = map(is_, facts, old), map(ge, tokens, repeat(0))
+        positions = list(compress(range(start, end), map(and_, same, known)))
     if carried.altered:
         positions = [p for p in positions if p not in carried.altered]
     return positions

@@ -100,6 +100,11 @@ def cached_part_tokens(part: Part, tokenizer: Tokenizer, sink: TokenSink | None 
     return total
 
 
+def message_tokens(message: ModelMessage, tokenizer: Tokenizer) -> int:
+    """Tokens of one message, framing included: its facts' count, without building them."""
+    return MESSAGE_OVERHEAD + sum(cached_part_tokens(part, tokenizer) for part in message.parts)
+
+
 def is_tool_result(part: Part) -> bool:
     """Whether a part answers a regular tool call (provider-native results pair inline)."""
     if isinstance(part, ToolReturnPart):

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
+from threading import Lock
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -321,6 +322,8 @@ class _Prepared:
     """The last call's pair repair of this history, for the next call to take up."""
     extends: _Prepared | None = None
     """The remembered history this one extends (only until this one's call is done)."""
+    taken: bool = False
+    """Whether a later history extending this one took its landmark and output containers."""
 
 
 # The histories governed last (``memory.histories``), per encoding, most recent first: an
@@ -492,23 +495,30 @@ def _prepared(
     tail: list[tuple[Sequence[Any], int]] | None,
 ) -> _Prepared:
     """The pass over ``facts`` extended from ``previous``'s, remembered in ``recent``."""
-    known = len(previous.facts) if previous is not None else 0
     pairing = (previous.pairing if previous is not None else Pairing()).extended(facts)
-    if previous is not None:
-        system_at, aborted_at = list(previous.system_at), list(previous.aborted_at)
-        notices_at, latest_call = list(previous.notices_at), dict(previous.latest_call)
+    if previous is not None and _take(previous):
+        # Extended in place rather than copied: the containers grow with the history, and
+        # copying them on every call would be a pass over it.
+        known = len(previous.facts)
+        system_at, aborted_at = previous.system_at, previous.aborted_at
+        notices_at, latest_call = previous.notices_at, previous.latest_call
         first_text, outputs_at, calls_at = (
             previous.first_text,
             previous.outputs_at,
             previous.calls_at,
         )
-        tokens, reports, totals = previous.tokens, previous.reports, previous.totals
-        newest_output, older_copies = dict(previous.newest_output), list(previous.older_copies)
+        tokens = previous.tokens
+        newest_output, older_copies = previous.newest_output, previous.older_copies
     else:
+        known = 0
         system_at, aborted_at, notices_at, latest_call = [], [], [], {}
         first_text, outputs_at, calls_at = None, None, None
-        tokens, reports, totals = 0, ReportCache(), PartTotals()
+        tokens = 0
         newest_output, older_copies = {}, []
+    if previous is not None:
+        reports, totals = previous.reports, previous.totals
+    else:
+        reports, totals = ReportCache(), PartTotals()
     for position in range(known, len(facts)):
         fact = facts[position]
         tokens += fact.tokens
@@ -556,6 +566,17 @@ def _prepared(
     # The history extended is superseded by this one; the others stay, newest first.
     recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]
     return prepared
+
+
+def _take(previous: _Prepared) -> bool:
+    """Whether this call may extend ``previous``'s containers in place: only one may, and
+    another call that extends it at the same time (another thread) collects them afresh."""
+    with _TAKING:
+        taken, previous.taken = previous.taken, True
+    return not taken
+
+
+_TAKING = Lock()
 
 
 def _landmarks(prepared: _Prepared, normalized: Normalized) -> Landmarks:

@@ -32,7 +32,7 @@ from itertools import accumulate, chain
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from .._work import Work
-from ..counting import MARK, message_facts, window_notice
+from ..counting import MARK, message_tokens, window_notice
 
 CARRY_BELOW_CUT = 1_024
 """How many positions below where the walk stopped the next call is offered (see ``Carry``)."""
@@ -288,7 +288,7 @@ def window(work: Work) -> int | None:
     previous = sum(work.facts[p].omitted for p in notices)
     # Reserve room for the notice at its largest (every middle message omitted).
     worst = build_notice(work, previous + floor, work.facts[floor].timestamp)
-    available = work.limit - fixed - message_facts(worst, work.tokenizer).tokens
+    available = work.limit - fixed - message_tokens(worst, work.tokenizer)
     # The keep counts the movable messages of the whole tail, the newest exchange included.
     floor_movable = [p for p in floor_kept if p not in sticky and not work.facts[p].notice]
     count = len(floor_movable)

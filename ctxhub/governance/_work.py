@@ -12,8 +12,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress, repeat
-from operator import and_, eq
+from itertools import chain, compress
+from operator import and_, not_
 from typing import Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -166,6 +166,8 @@ class Work:
     protected: frozenset[str] = field(init=False)
     governed_tokens: array[int] = field(init=False)
     """Tokens of each position as governed (before any drop); -1 where not yet governed."""
+    known: bytearray = field(init=False)
+    """1 where the position is governed: ``governed_tokens`` as flags, searched C-level."""
     shared: int = field(init=False)
     """How many leading ``facts`` are the carried call's."""
     capped: array[int] = field(init=False)
@@ -184,6 +186,7 @@ class Work:
         self.changes = [()] * size
         self.kept = bytearray(b"\x01") * size
         self.governed_tokens = array("q", _UNKNOWN) * size
+        self.known = bytearray(size)
         self.capped = array("q", _UNKNOWN) * size
         self.protected = frozenset(self.policy.window.protected_tools)
         self.min_cap = smallest_cap(self.policy)
@@ -245,7 +248,7 @@ class Work:
     def _pending(self, start: int, end: int) -> Iterator[int]:
         """Kept positions in ``[start, end)`` not governed yet, newest first (C-level)."""
         # Slices of a bytearray and an array are memory copies; the walk over them is lazy.
-        unknown = map(eq, reversed(self.governed_tokens[start:end]), repeat(-1))
+        unknown = map(not_, reversed(self.known[start:end]))
         waiting = map(and_, reversed(self.kept[start:end]), unknown)
         return compress(range(end - 1, start - 1, -1), waiting)
 
@@ -263,6 +266,7 @@ class Work:
             self.states.pop(position, None)
             self.changes[position] = ()
             self.governed_tokens[position] = -1
+            self.known[position] = 0
             self.evicting.discard(position)
 
     def set_tokens(self, position: int, tokens: int) -> None:
@@ -309,6 +313,7 @@ class Work:
         if not masked:
             self.capped[position] = count
         self.governed_tokens[position] = count
+        self.known[position] = 1
         return self.tokens[position]
 
     def masked_at(self, position: int) -> frozenset[int] | None:

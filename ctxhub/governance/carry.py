@@ -10,8 +10,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import and_, attrgetter, ge, is_
+from itertools import compress
+from operator import and_, attrgetter, is_
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelMessage
@@ -54,6 +54,8 @@ class Carry:
     messages: list[ModelMessage | None]
     tokens: array[int]
     """Governed tokens of each position; -1 where the call did not govern it."""
+    known: bytearray
+    """1 where the call governed the position."""
     changes: list[tuple[tuple[int, Transform], ...]]
     span: tuple[int, int, int, int] | None
     turn: tuple[int, int | None]
@@ -152,6 +154,7 @@ def carry_of(work: Work) -> Carry:
         work.base_total,
         work.messages,
         work.governed_tokens,
+        work.known,
         work.changes,
         work.mask_span,
         (work.turn_start, work.latest_prompt),
@@ -188,6 +191,7 @@ def seed(work: Work) -> None:
             work.messages[first:last] = carried.messages[first:last]
             work.tokens[first:last] = carried.tokens[first:last]
             work.governed_tokens[first:last] = carried.tokens[first:last]
+            work.known[first:last] = carried.known[first:last]
             work.changes[first:last] = carried.changes[first:last]
             work.seeded = (first, last)
         else:
@@ -207,14 +211,19 @@ def _carried(work: Work, start: int, end: int) -> Sequence[int]:
     assert carried is not None
     if end <= start:
         return ()
-    facts, old, tokens = work.facts[start:end], carried.facts[start:end], carried.tokens[start:end]
     # A position this call already governed (the budget check) and whose result masking
     # now replaces was invalidated, so its carried version is its version too.
+    known = carried.known[start:end]
+    gap = known.rfind(0)  # the last position the previous call did not govern (-1: none)
+    low = start + gap + 1
     positions: Sequence[int]
-    if min(tokens) >= 0 and all(map(is_, facts, old)):
-        positions = range(start, end)  # the usual case, found without a list of positions
+    if known.find(1, 0, max(gap, 0)) < 0 and all(
+        map(is_, work.facts[low:end], carried.facts[low:end])
+    ):
+        # The usual case: what it governed is one run up to the end, found without a list.
+        positions = range(low, end)
     else:
-        same, known = map(is_, facts, old), map(ge, tokens, repeat(0))
+        same = map(is_, work.facts[start:end], carried.facts[start:end])
         positions = list(compress(range(start, end), map(and_, same, known)))
     if carried.altered:
         positions = [p for p in positions if p not in carried.altered]
@@ -229,6 +238,7 @@ def _take(work: Work, positions: Iterable[int]) -> None:
         work.messages[position] = carried.messages[position]
         work.set_tokens(position, carried.tokens[position])
         work.governed_tokens[position] = carried.tokens[position]
+        work.known[position] = 1
         work.changes[position] = carried.changes[position]
         if position in carried.evicting:
             work.evicting.add(position)

@@ -28,7 +28,9 @@ from pydantic_ai.messages import (
 )
 
 from ctxhub.governance import Governed, Policy, govern, memory
+from ctxhub.governance._work import Work
 from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.steps import window as window_step
 from ctxhub.governance.tokens import tokenizer_for
 
 TOOLS = ("read", "grep", "run_tests", "manage_todo_list")
@@ -210,3 +212,43 @@ def test_a_protected_call_with_a_reused_id_keeps_the_pairs_a_cold_call_keeps() -
     for size in range(len(history) - 30, len(history) + 1):
         warm = govern(history[:size], policy, model=MODEL)
         _same(warm, govern(copy.deepcopy(history[:size]), policy, model=MODEL))
+
+
+def test_an_offer_held_below_a_swinging_stop_spares_governing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Offers one position below where the window's walk stopped: the stop swings as turns end
+    # and their outputs are truncated, and what the next call needs falls outside an offer
+    # raised with it, unless earlier offers are held. Held or not, every call is a cold one.
+    policy = POLICIES["budget"]
+    session = _session(seed=11, size=400)
+    original = Work.materialise
+    again: dict[int, int] = {}
+    for held in (1, 128):
+        monkeypatch.setattr(window_step, "CARRY_BELOW_CUT", 1)
+        monkeypatch.setattr(window_step, "CARRY_HELD", held)
+        memory.clear()
+        governed: set[int] = set()
+        again[held] = 0
+
+        def counted(
+            work: Work, position: int, held: int = held, governed: set[int] = governed
+        ) -> int:
+            # A position before the current turn governed again, by this call or an earlier.
+            if work.governed_tokens[position] < 0:
+                again[held] += position in governed and position < work.turn_start
+                governed.add(position)
+            return int(original(work, position))
+
+        monkeypatch.setattr(Work, "materialise", counted)
+        history = session[:200]
+        govern(history, policy, model=MODEL)
+        again[held] = 0
+        for size in range(201, len(session) + 1):
+            history = [*history, session[size - 1]]
+            warm = govern(history, policy, model=MODEL)
+            if size % 20 == 0:
+                monkeypatch.setattr(Work, "materialise", original)
+                _same(warm, govern(_session(seed=11, size=size), policy, model=MODEL))
+                monkeypatch.setattr(Work, "materialise", counted)
+    assert again[128] < again[1], again

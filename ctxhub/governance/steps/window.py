@@ -35,7 +35,12 @@ from .._work import Work
 from ..counting import MARK, message_tokens, window_notice
 
 CARRY_BELOW_CUT = 1_024
-"""How many positions below where the walk stopped the next call is offered (see ``Carry``)."""
+"""How many positions below where the walk stopped the next call is offered, at least (see
+``Carry``)."""
+CARRY_HELD = 4 * CARRY_BELOW_CUT
+"""How far below the stop an earlier offer is kept: the stop swings by hundreds of positions
+from one call to the next (a turn's outputs arrive whole, then are truncated when it ends), and
+an offer raised with it would drop what the call after needs."""
 
 
 def notice_omitted(message: ModelMessage) -> int | None:
@@ -247,7 +252,30 @@ def _through_run(
     work: Work, low: int, high: int, sticky: set[int], room: int, room_count: int
 ) -> tuple[int | None, int, int]:
     """The walk through governed positions ``high`` down to ``low``: where it stops (None if it
-    gets through), and the tokens and count it takes before stopping (or in all)."""
+    gets through), and the tokens and count it takes before stopping (or in all).
+
+    Taken a stretch at a time, newest first: the run carried over reaches well below where the
+    walk usually stops, and summing past the stop would be work for nothing.
+    """
+    taken = counted = 0
+    while high >= low:
+        start = max(low, high - _STRETCH + 1)
+        stop, tokens, count = _through(
+            work, start, high, sticky, room - taken, room_count - counted
+        )
+        if stop is not None:
+            return stop, taken + tokens, counted + count
+        taken, counted, high = taken + tokens, counted + count, start - 1
+    return None, taken, counted
+
+
+_STRETCH = 512
+
+
+def _through(
+    work: Work, low: int, high: int, sticky: set[int], room: int, room_count: int
+) -> tuple[int | None, int, int]:
+    """``_through_run`` over one stretch, with C-level running sums and a bisection."""
     tokens = work.tokens[low : high + 1]
     counted = work.kept[low : high + 1]  # a dropped position counts 0 tokens already
     for position in sticky:
@@ -325,7 +353,10 @@ def window(work: Work) -> int | None:
         # cut moves back when room frees up (an output masked, a turn's outputs truncated),
         # about as far as one output is worth in masked messages, and each time it would
         # govern those messages again.
-        work.governed_from = max(stopped - CARRY_BELOW_CUT, 0)
+        offered = stopped - CARRY_BELOW_CUT
+        if work.carried is not None:
+            offered = max(min(offered, work.carried.governed_from), stopped - CARRY_HELD)
+        work.governed_from = max(offered, 0)
     # Earlier notices are folded into the new one, not counted as omitted messages.
     window_dropped = work.dropped_by.get
     omitted = previous + dropped - sum(1 for p in notices if window_dropped(p) == "window")

@@ -341,6 +341,13 @@ def removable_left(
             ),
             None,
         )
+        # The head: the first run, up to the first answer; with no answer yet, the first
+        # request (so that governing the output again finds the same head).
+        head_end = (
+            first_text
+            if first_text is not None
+            else next((i for i, m in enumerate(history) if isinstance(m, ModelRequest)), None)
+        )
         latest_protected = {
             max(i for i, m in enumerate(history) if name in _tool_names(m) and call_ids(m))
             for name in protected
@@ -365,9 +372,9 @@ def removable_left(
                 or (policy.window.keep_turn_aborted and _is_aborted(message))
                 or (
                     policy.window.keep_head
-                    and first_text is not None
+                    and head_end is not None
                     and input_index is not None
-                    and input_index <= first_text
+                    and input_index <= head_end
                 )
             )
 

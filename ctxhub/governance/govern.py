@@ -11,10 +11,9 @@ proportional shrink of the newest outputs — stopping as soon as it fits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain
 from threading import Lock
 from typing import Any
 
@@ -31,7 +30,7 @@ from .report import ContextReport, Detail, PartTotals, ReportCache, StepName, bu
 from .steps.dedupe import dedupe
 from .steps.drop_groups import drop_groups
 from .steps.mask import mask, masked_count
-from .steps.normalize import Normalized, Pairing, normalize
+from .steps.normalize import Normalized, Pairing, Repaired, normalize
 from .steps.shrink import shrink
 from .steps.window import window
 from .tokens import Tokenizer, context_window, instructions_of, tokenizer_for
@@ -711,25 +710,41 @@ def _assemble(work: Work) -> list[ModelMessage]:
     """The governed history: each kept position's governed message, and the window's notice.
 
     The kept positions are a few runs (the head, sticky messages, the tail), found with
-    C-level searches of the kept flags, so this costs what the output holds, not the history.
+    C-level searches of the kept flags, and each run is read in one pass that calls no Python
+    function per message, so this costs little more than the list it returns.
     """
-    kept, governed_tokens = work.kept, work.governed_tokens
-    runs = _runs(kept)
-    positions = list(chain.from_iterable(range(start, end) for start, end in runs))
-    for position in positions:
-        if governed_tokens[position] < 0:
+    known = work.known
+    runs = _runs(work.kept)
+    for start, end in runs:
+        position = known.find(0, start, end)
+        while position >= 0:
             work.materialise(position)
-    messages, base = work.messages, work.base
-    governed = list(chain.from_iterable(messages[start:end] for start, end in runs))
-    output = [
-        base[position] if message is None else message
-        for position, message in zip(positions, governed, strict=True)
-    ]
+            position = known.find(0, position + 1, end)
+    output: list[ModelMessage] = []
+    for start, end in runs:
+        governed = work.messages[start:end]
+        read, indices = _reader(work.base, start, end, governed)
+        # A position's base message is read only where it is sent as it is: a caller's
+        # history may load each message on demand.
+        output += [
+            read(index) if message is None else message  # type: ignore[arg-type]
+            for index, message in zip(indices, governed, strict=True)
+        ]
     if work.notice is not None:
         before = work.notice_before
-        at = len(output) if before is None else kept.count(1, 0, before)
+        at = len(output) if before is None else work.kept.count(1, 0, before)
         output.insert(at, work.notice)
     return output
+
+
+def _reader(
+    base: Messages, start: int, end: int, governed: list[ModelMessage | None]
+) -> tuple[Callable[[int], ModelMessage], Sequence[int | None]]:
+    """How to read the base messages of positions ``[start, end)``: a function and the index
+    to call it with at each position (see ``Repaired.reader``)."""
+    if isinstance(base, Repaired):
+        return base.reader(start, end, governed)
+    return base.__getitem__, range(start, end)
 
 
 def _runs(kept: bytearray) -> list[tuple[int, int]]:

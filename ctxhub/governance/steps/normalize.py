@@ -29,7 +29,7 @@ alone.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -72,7 +72,7 @@ class Repaired:
     message at its index, so a history given lazily is loaded only where governance looks.
     """
 
-    __slots__ = ("_index", "_inputs", "_own")
+    __slots__ = ("_index", "_inputs", "_own", "_positions")
 
     def __init__(
         self, inputs: Messages, index: list[int | None], own: dict[int, ModelMessage]
@@ -80,6 +80,7 @@ class Repaired:
         self._inputs = inputs
         self._index = index
         self._own = own
+        self._positions: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self._index)
@@ -91,6 +92,24 @@ class Repaired:
         index = self._index[position]
         assert index is not None
         return self._inputs[index]
+
+    def reader(
+        self, start: int, end: int, governed: list[ModelMessage | None]
+    ) -> tuple[Callable[[int], ModelMessage], Sequence[int | None]]:
+        """How to read positions ``[start, end)`` in one C-level pass: a function of input
+        indices and the input index of each position. ``governed`` (the governed messages of
+        those positions; None where a position sends its repaired message) is given the
+        messages repair rebuilt or added there, so the function is asked only for input
+        messages."""
+        own = self._own
+        if self._positions is None:
+            self._positions = list(own)  # keyed in increasing order, as repair adds them
+        positions = self._positions
+        for at in range(bisect_left(positions, start), bisect_left(positions, end)):
+            position = positions[at]
+            if governed[position - start] is None:
+                governed[position - start] = own[position]
+        return self._inputs.__getitem__, self._index[start:end]
 
 
 @dataclass

@@ -285,14 +285,17 @@ def _through(
     for position in work.landmarks.notices:
         if low <= position <= high:
             counted[position - low] = 0
+    total, count = sum(tokens), counted.count(1)
+    if total <= room and count <= room_count:
+        return None, total, count  # the walk gets through: no running sums needed
     taken = list(accumulate(reversed(tokens)))
-    counts = list(accumulate(reversed(counted)))
     # With room left (both at least 0), the first sum past its room is where a message that
     # counts was added: the step at which the walk stops.
-    at = min(bisect_right(taken, room), bisect_right(counts, room_count))
-    if at == len(taken):
-        return None, taken[-1], counts[-1]
-    return high - at, taken[at], counts[at]
+    at = bisect_right(taken, room)
+    if count > room_count:
+        at = min(at, bisect_right(list(accumulate(reversed(counted))), room_count))
+    # The walk stops at ``high - at``: the positions it takes are those above, and that one.
+    return high - at, taken[at], counted[len(counted) - 1 - at :].count(1)
 
 
 def window(work: Work) -> int | None:

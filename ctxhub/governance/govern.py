@@ -495,7 +495,9 @@ def _prepared(
 ) -> _Prepared:
     """The pass over ``facts`` extended from ``previous``'s, remembered in ``recent``."""
     pairing = (previous.pairing if previous is not None else Pairing()).extended(facts)
-    if previous is not None and _take(previous):
+    taken = previous is not None and _take(previous)
+    if taken:
+        assert previous is not None
         # Extended in place rather than copied: the containers grow with the history, and
         # copying them on every call would be a pass over it.
         known = len(previous.facts)
@@ -515,9 +517,10 @@ def _prepared(
         tokens = 0
         newest_output, older_copies = {}, []
     if previous is not None:
-        reports, totals = previous.reports, previous.totals
+        reports = previous.reports
+        totals = previous.totals.extended(facts, len(previous.facts), in_place=taken)
     else:
-        reports, totals = ReportCache(), PartTotals()
+        reports, totals = ReportCache(), PartTotals().extended(facts, 0, in_place=True)
     for position in range(known, len(facts)):
         fact = facts[position]
         tokens += fact.tokens
@@ -559,7 +562,7 @@ def _prepared(
         older_copies,
         tokens,
         reports,
-        totals.extended(facts),
+        totals,
         extends=previous,
     )
     # The history extended is superseded by this one; the others stay, newest first.

@@ -186,16 +186,25 @@ class PartTotals:
     parts: array[int] = field(default_factory=lambda: array("q", (0,)))
     tokens: array[int] = field(default_factory=lambda: array("q", (0,)))
 
-    def extended(self, facts: Sequence[MessageFacts]) -> PartTotals:
-        """The totals of ``facts``, whose first messages are the ones these count."""
-        if len(facts) == len(self.parts) - 1:
-            return self
-        # Machine-integer arrays: copying them is a memory copy.
-        parts, tokens = array("q", self.parts), array("q", self.tokens)
-        for fact in facts[len(parts) - 1 :]:
+    def extended(
+        self, facts: Sequence[MessageFacts], counted: int, *, in_place: bool
+    ) -> PartTotals:
+        """The totals of ``facts``, whose first ``counted`` messages are the ones these count.
+
+        ``in_place`` appends to these arrays (for the one history that takes them over, see
+        ``govern._take``): every holder reads them at indices up to its own length, which
+        appending leaves alone. Otherwise the first ``counted`` are copied (another history
+        may have appended to them meanwhile); machine-integer arrays copy as memory.
+        """
+        if in_place:
+            totals = self
+        else:
+            totals = PartTotals(self.parts[: counted + 1], self.tokens[: counted + 1])
+        parts, tokens = totals.parts, totals.tokens
+        for fact in facts[counted:]:
             parts.append(parts[-1] + len(fact.part_tokens))
             tokens.append(tokens[-1] + sum(fact.part_tokens))
-        return PartTotals(parts, tokens)
+        return totals
 
 
 class _Tally:

@@ -287,3 +287,26 @@ def test_clearing_memory_forgets_everything_and_changes_no_result() -> None:
     memory.clear()
     assert not any(map(len, (*remembered, memory.token_ids, memory.cap_keys_by_policy)))
     _same(warm, govern(history, policy, model=MODEL))
+
+
+def test_a_report_read_after_its_history_grew_and_branched_is_that_of_a_cold_call() -> None:
+    """Governing a history grown, and another branch of it, must not change what the earlier
+    result reports: parts of the report's bookkeeping grow in place with the history."""
+    policy = Policy(context_window=2_500, reserved_output_tokens=0)
+    history: list[ModelMessage] = []
+    for n in range(12):
+        history += [
+            ModelRequest(parts=[UserPromptPart(f"task {n} " * 40, timestamp=T0)]),
+            ModelResponse(parts=[TextPart(f"done {n} " * 30)], timestamp=T0),
+        ]
+    first = govern(history, policy, model=MODEL)
+    assert any(step.step == "window" for step in first.report.steps)
+    grown = govern(
+        [*history, ModelRequest(parts=[UserPromptPart("more " * 60)])], policy, model=MODEL
+    )
+    branch = [*history, ModelRequest(parts=[UserPromptPart("other " * 90)])]
+    branched = govern(branch, policy, model=MODEL)
+    memory.clear()
+    _same(first, govern(copy.deepcopy(history), policy, model=MODEL))
+    _same(branched, govern(copy.deepcopy(branch), policy, model=MODEL))
+    assert grown.report.tokens_before > first.report.tokens_before

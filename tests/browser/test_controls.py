@@ -83,13 +83,14 @@ def test_preview_then_apply_shows_progress_and_the_result(
     page.get_by_test_id(re.compile(r"summary-\d+")).locator("summary").click()
     expect(record.locator("pre.summary")).to_be_visible()
     shot(page, "compact-result")
-    # The trajectory is drawn again from the database, with the compaction marked.
+    # The trajectory is drawn again from the database, with the compaction marked. It is
+    # re-rendered 600 ms after the last change, later than the records: wait for its data to
+    # change, then check what it holds and that it is drawn.
+    marks = "JSON.parse(document.getElementById('trajectory-data').textContent).marks"
+    page.wait_for_function(f"() => {marks}.length > 0", timeout=10_000)
+    assert page.evaluate(marks) == [119]
     chart = page.get_by_test_id("trajectory-chart")
     expect(chart.locator("canvas")).to_have_count(1)
-    marks = page.evaluate(
-        "JSON.parse(document.getElementById('trajectory-data').textContent).marks"
-    )
-    assert marks == [119]
     chart.scroll_into_view_if_needed()
     shot(page, "trajectory")
     stored = Compaction.objects.get(session=session)

@@ -72,7 +72,7 @@ class Repaired:
     message at its index, so a history given lazily is loaded only where governance looks.
     """
 
-    __slots__ = ("_index", "_inputs", "_own", "_positions")
+    __slots__ = ("_index", "_inputs", "_own")
 
     def __init__(
         self, inputs: Messages, index: list[int | None], own: dict[int, ModelMessage]
@@ -80,7 +80,6 @@ class Repaired:
         self._inputs = inputs
         self._index = index
         self._own = own
-        self._positions: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self._index)
@@ -102,9 +101,7 @@ class Repaired:
         messages repair rebuilt or added there, so the function is asked only for input
         messages."""
         own = self._own
-        if self._positions is None:
-            self._positions = list(own)  # keyed in increasing order, as repair adds them
-        positions = self._positions
+        positions = list(own)  # keyed in increasing order, as repair adds them
         for at in range(bisect_left(positions, start), bisect_left(positions, end)):
             position = positions[at]
             if governed[position - start] is None:

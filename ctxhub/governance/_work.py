@@ -414,7 +414,8 @@ class Work:
         held = [p for p in spared if start <= p < end]
         for position in held:
             dropping[position - start] = 0
-        count = dropping.count(1)
+        # Counting the zeros is the faster search: few positions in the range are dropped yet.
+        count = len(dropping) - dropping.count(0)
         if not count:
             return 0, None
         # The tokens left out: the range's, from what lies outside it (the head and the tail,

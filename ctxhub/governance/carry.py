@@ -48,6 +48,8 @@ class Carry:
     """
 
     facts: list[MessageFacts]
+    """The call's facts; the history extending it may since have grown the list in place, so
+    only the first ``size`` are its."""
     base_tokens: array[int]
     """Tokens of each position before caps and masks."""
     base_total: int
@@ -69,6 +71,11 @@ class Carry:
     """Tokens of each position with caps alone (no mask); -1 where the call did not count it."""
     evicting: set[int]
     """Positions whose governed versions evict an output."""
+
+    @property
+    def size(self) -> int:
+        """How many positions the call governed."""
+        return len(self.known)
 
 
 def common_prefix(old: list[Any], new: list[Any]) -> int:
@@ -101,10 +108,20 @@ def base_counts(
         base = array("q", map(_TOKENS, facts))
         return base, sum(base), 0
     same = common_prefix(carried.facts, facts) if shared is None else shared
+    same = min(same, carried.size)  # the carried list may since have been grown in place
     base = carried.base_tokens[:same]
     base.extend(map(_TOKENS, facts[same:]))
     total = carried.base_total - sum(carried.base_tokens[same:]) + sum(base[same:])
     return base, total, same
+
+
+def carried_size(work: Work) -> int:
+    """How many leading positions may take what the carried call worked out: those it
+    governed, or, when this call grew its facts list in place, those before the first whose
+    facts changed (past it, the list holds this call's facts only)."""
+    carried = work.carried
+    assert carried is not None
+    return min(carried.size, work.shared) if carried.facts is work.facts else carried.size
 
 
 def over_with_caps(work: Work) -> bool:
@@ -121,7 +138,7 @@ def over_with_caps(work: Work) -> bool:
     if carried is None or carried.settings != (work.cap_key, work.pinned_positions):
         below = 0
     else:
-        below = min(len(facts), len(carried.facts))
+        below = min(len(facts), carried_size(work))
         if not _same_governing(work, carried):
             below = min(below, work.turn_start, carried.turn[0])
     known, old_facts = (carried.capped, carried.facts) if carried is not None else ((), ())
@@ -175,7 +192,7 @@ def seed(work: Work) -> None:
     span, old = work.mask_span, carried.span
     if span is None or old is None:
         return
-    limit = min(len(work.facts), len(carried.facts))
+    limit = min(len(work.facts), carried_size(work))
     if not _same_governing(work, carried):
         limit = min(limit, work.turn_start, carried.turn[0])
     offered = carried.governed_from
@@ -216,12 +233,17 @@ def _carried(work: Work, start: int, end: int) -> Sequence[int]:
     known = carried.known[start:end]
     gap = known.rfind(0)  # the last position the previous call did not govern (-1: none)
     low = start + gap + 1
+    # A facts list this call grew in place holds the same facts up to ``end`` (see
+    # ``carried_size``): nothing to compare.
+    grown = carried.facts is work.facts
     positions: Sequence[int]
-    if known.find(1, 0, max(gap, 0)) < 0 and all(
-        map(is_, work.facts[low:end], carried.facts[low:end])
+    if known.find(1, 0, max(gap, 0)) < 0 and (
+        grown or all(map(is_, work.facts[low:end], carried.facts[low:end]))
     ):
         # The usual case: what it governed is one run up to the end, found without a list.
         positions = range(low, end)
+    elif grown:
+        positions = list(compress(range(start, end), known))
     else:
         same = map(is_, work.facts[start:end], carried.facts[start:end])
         positions = list(compress(range(start, end), map(and_, same, known)))

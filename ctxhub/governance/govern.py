@@ -11,9 +11,11 @@ proportional shrink of the newest outputs — stopping as soon as it fits.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from threading import Lock
 from typing import Any
 
@@ -192,6 +194,7 @@ def govern(
         policy.dangling_call_text,
         prepared.pairing,
         extends.normalized if extends is not None else None,
+        in_place=prepared.grows,
     )
     prepared.normalized = normalized
     turn_start, latest_prompt = _current_turn(normalized)
@@ -268,7 +271,7 @@ def govern(
         "fits": fits,
         "reason": None if fits else _reason(work, budget, system_parts, instructions_tokens),
     }
-    return Governed(
+    governed = Governed(
         output,
         work.evicted(),
         work,
@@ -279,6 +282,8 @@ def govern(
         prepared.reports,
         prepared.totals,
     )
+    prepared.result = weakref.ref(governed)
+    return governed
 
 
 @dataclass
@@ -287,6 +292,9 @@ class _Prepared:
 
     messages: list[ModelMessage] | None
     """The messages (None when the caller gave their facts and loads messages on demand)."""
+    size: int
+    """How many messages the history has (``facts`` may since have been grown in place by the
+    history extending this one: see ``grows``)."""
     tail: list[tuple[Sequence[Any], int]] | None
     """The parts list and its length of each of the last ``_EDITABLE`` messages, as seen, to
     notice one edited in place."""
@@ -320,9 +328,17 @@ class _Prepared:
     normalized: Normalized | None = None
     """The last call's pair repair of this history, for the next call to take up."""
     extends: _Prepared | None = None
-    """The remembered history this one extends (only until this one's call is done)."""
+    """The remembered history this one extends and took over, for its pair repair and carried
+    state (only until this one's call is done). A call that could not take it over (another
+    call extending it at the same time did) does not read them: the taker may be growing them
+    in place."""
+    grows: bool = False
+    """Whether this history grows the one it extends in place, its facts list and its pair
+    repair's (taken over, and the result of its call read no more: see ``_unread``)."""
     taken: bool = False
     """Whether a later history extending this one took its landmark and output containers."""
+    result: weakref.ReferenceType[Governed] | None = None
+    """The result of this history's call, once the call is done."""
 
 
 # The histories governed last (``memory.histories``), per encoding, most recent first: an
@@ -409,14 +425,51 @@ def _tail(messages: list[ModelMessage]) -> list[tuple[Sequence[Any], int]]:
     return [(message.parts, len(message.parts)) for message in messages]
 
 
-def _extends_facts(previous: _Prepared, facts: list[MessageFacts]) -> bool:
-    """Whether ``facts`` begins with ``previous``'s facts (a stored history grown)."""
-    size = len(previous.facts)
-    if size > len(facts):
-        return False
-    if size == 0:
+def _ends_like(previous: _Prepared, facts: Sequence[MessageFacts]) -> bool:
+    """Whether ``facts`` may begin with ``previous``'s facts: they are as many or more, and the
+    last of them is the same object."""
+    size = previous.size
+    return size <= len(facts) and (size == 0 or previous.facts[size - 1] is facts[size - 1])
+
+
+def _extends_facts(
+    recent: list[_Prepared], facts: Sequence[MessageFacts]
+) -> tuple[_Prepared | None, list[MessageFacts], bool]:
+    """The remembered history ``facts`` extends, if any (the longest); ``facts`` as a list of
+    this call's own; and whether this call took the remembered history over (``_take``).
+
+    A remembered history taken over whose result is read no more has its facts list grown in
+    place to ``facts``: proving that ``facts`` begins with it is then one list comparison,
+    with no copy of a long history's facts on every call.
+    """
+    held: list[MessageFacts] | None = None
+    for candidate in sorted(
+        (c for c in recent if _ends_like(c, facts)), key=attrgetter("size"), reverse=True
+    ):
+        taken = _take(candidate)
+        if taken and _unread(candidate):
+            if _grown(candidate, facts):
+                return candidate, candidate.facts, True
+        else:
+            if held is None:
+                held = list(facts)
+            # A list another call grew in place is left to it.
+            if len(candidate.facts) == candidate.size and _starts_with(held, candidate.facts):
+                return candidate, held, taken
+        if taken:
+            _untake(candidate)
+    return None, list(facts) if held is None else held, False
+
+
+def _grown(previous: _Prepared, facts: Sequence[MessageFacts]) -> bool:
+    """Whether ``facts`` begins with ``previous``'s facts, growing ``previous``'s list to
+    ``facts`` in place if it does (``previous`` is taken over and its result read no more)."""
+    items = previous.facts
+    items += facts[previous.size :]
+    if items == facts:  # C-level; an item that is the same object is not looked at
         return True
-    return previous.facts[-1] is facts[size - 1] and _starts_with(facts, previous.facts)
+    del items[previous.size :]
+    return False
 
 
 def _starts_with(items: list[Any], prefix: Sequence[Any]) -> bool:
@@ -453,10 +506,16 @@ def _prepare(
     held = list(messages)
     recent: list[_Prepared] = memory.histories.setdefault(tokenizer.encoding_name, [])
     previous = _longest(c for c in recent if _extends(c, held))
-    known = len(previous.facts) if previous is not None else 0
+    known = previous.size if previous is not None else 0
+    taken = previous is not None and _take(previous)
     # Newest first, so the token ids kept for truncation are the newest outputs'.
     new = [message_facts(held[p], tokenizer, sink) for p in range(len(held) - 1, known - 1, -1)]
-    facts = previous.facts.copy() if previous is not None else []
+    if previous is None:
+        facts = []
+    elif taken and _unread(previous):
+        facts = previous.facts  # grown in place (see ``_extends_facts``)
+    else:
+        facts = previous.facts[:known]
     facts.extend(reversed(new))
     # Read from the messages, not their cached facts: an agent run sets a request's
     # instructions after the request is in the history.
@@ -465,42 +524,48 @@ def _prepare(
         message = held[position]
         if isinstance(message, ModelRequest) and message.instructions is not None:
             instructions_at = position
-    return _prepared(recent, previous, facts, instructions_at, held, _tail(held[-_EDITABLE:]))
+    return _prepared(
+        recent, previous, taken, facts, instructions_at, held, _tail(held[-_EDITABLE:])
+    )
 
 
 def _prepare_stored(facts: Sequence[MessageFacts], tokenizer: Tokenizer) -> _Prepared:
     """``_prepare`` from facts the caller holds: the messages are not read."""
-    held = list(facts)
     recent: list[_Prepared] = memory.histories.setdefault(tokenizer.encoding_name, [])
-    previous = _longest(c for c in recent if _extends_facts(c, held))
+    previous, held, taken = _extends_facts(recent, facts)
     instructions_at = previous.instructions_at if previous is not None else None
-    for position in range(len(previous.facts) if previous is not None else 0, len(held)):
+    for position in range(previous.size if previous is not None else 0, len(held)):
         if held[position].instructions:
             instructions_at = position
-    return _prepared(recent, previous, held, instructions_at, None, None)
+    return _prepared(recent, previous, taken, held, instructions_at, None, None)
 
 
 def _longest(candidates: Iterable[_Prepared]) -> _Prepared | None:
     """The remembered history with the most messages among ``candidates``."""
-    return max(candidates, key=lambda c: len(c.facts), default=None)
+    return max(candidates, key=attrgetter("size"), default=None)
 
 
 def _prepared(
     recent: list[_Prepared],
     previous: _Prepared | None,
+    taken: bool,
     facts: list[MessageFacts],
     instructions_at: int | None,
     messages: list[ModelMessage] | None,
     tail: list[tuple[Sequence[Any], int]] | None,
 ) -> _Prepared:
-    """The pass over ``facts`` extended from ``previous``'s, remembered in ``recent``."""
-    pairing = (previous.pairing if previous is not None else Pairing()).extended(facts)
-    taken = previous is not None and _take(previous)
+    """The pass over ``facts`` extended from ``previous``'s (``taken``: taken over, see
+    ``_take``), remembered in ``recent``."""
+    # The pairing's mappings are taken over as the containers below are; another call
+    # extending the same history at the same time pairs from the start, as it cannot know how
+    # far the taker got.
+    carried = previous.pairing if previous is not None and taken else Pairing()
+    pairing = carried.extended(facts, in_place=taken)
     if taken:
         assert previous is not None
         # Extended in place rather than copied: the containers grow with the history, and
         # copying them on every call would be a pass over it.
-        known = len(previous.facts)
+        known = previous.size
         system_at, aborted_at = previous.system_at, previous.aborted_at
         notices_at, latest_call = previous.notices_at, previous.latest_call
         first_text, outputs_at, calls_at = (
@@ -518,7 +583,7 @@ def _prepared(
         newest_output, older_copies = {}, []
     if previous is not None:
         reports = previous.reports
-        totals = previous.totals.extended(facts, len(previous.facts), in_place=taken)
+        totals = previous.totals.extended(facts, previous.size, in_place=taken)
     else:
         reports, totals = ReportCache(), PartTotals().extended(facts, 0, in_place=True)
     for position in range(known, len(facts)):
@@ -547,6 +612,7 @@ def _prepared(
                 first_text = position
     prepared = _Prepared(
         messages,
+        len(facts),
         tail,
         facts,
         pairing,
@@ -563,7 +629,8 @@ def _prepared(
         tokens,
         reports,
         totals,
-        extends=previous,
+        extends=previous if taken else None,
+        grows=previous is not None and facts is previous.facts,
     )
     # The history extended is superseded by this one; the others stay, newest first.
     recent[:] = [prepared, *(c for c in recent if c is not previous)][:_KEEP_LAST]
@@ -571,11 +638,28 @@ def _prepared(
 
 
 def _take(previous: _Prepared) -> bool:
-    """Whether this call may extend ``previous``'s containers in place: only one may, and
-    another call that extends it at the same time (another thread) collects them afresh."""
+    """Whether this call may extend ``previous``'s containers in place: only one call may,
+    once ``previous``'s own call is done, and another call that extends it at the same time
+    (another thread) collects them afresh."""
     with _TAKING:
-        taken, previous.taken = previous.taken, True
-    return not taken
+        if previous.taken or previous.result is None:
+            return False
+        previous.taken = True
+        return True
+
+
+def _untake(previous: _Prepared) -> None:
+    """Give ``previous`` back: this call does not extend it after all."""
+    with _TAKING:
+        previous.taken = False
+
+
+def _unread(previous: _Prepared) -> bool:
+    """Whether nothing reads ``previous``'s lists any more: the result of its call is gone, or
+    its report (which reads them when first asked for) is built. A history taken over may then
+    have its lists grown in place."""
+    governed = previous.result() if previous.result is not None else None
+    return governed is None or "report" in vars(governed)
 
 
 _TAKING = Lock()

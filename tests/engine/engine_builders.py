@@ -93,9 +93,9 @@ def carried_lengths() -> Iterator[list[int]]:
     seen: list[int] = []
     extended = Pairing.extended
 
-    def spy(self: Pairing, facts: Sequence[Any]) -> Pairing:
+    def spy(self: Pairing, facts: Sequence[Any], *, in_place: bool = False) -> Pairing:
         seen.append(self.length)
-        return extended(self, facts)
+        return extended(self, facts, in_place=in_place)
 
     with mock.patch.object(Pairing, "extended", spy):
         yield seen

@@ -505,6 +505,31 @@ def test_a_grown_history_is_repaired_again_only_from_where_its_repair_changes() 
     assert carried.moved == {len(history) - 1: {0: (len(history), 0)}}
 
 
+def test_a_history_grown_past_its_last_repair_is_taken_up_before_its_last_message() -> None:
+    # One call interrupted at the start, then turns that need no repair: each grown history
+    # takes the pass up just before its last message, not at the one repair however far back,
+    # and the messages copied since stay one run.
+    tokenizer = tokenizer_for(MODEL)
+    history = [_user("task"), _call("read", id="lost"), _user("go on")]
+    pairing, previous = Pairing(), None
+    for n in range(30):
+        history += [_call("read", id=f"c{n}"), _ret("read", f"out {n}", id=f"c{n}")]
+        facts = [message_facts(m, tokenizer) for m in history]
+        pairing = pairing.extended(facts)
+        carried = normalize(history, facts, tokenizer, "stop", pairing, previous)
+        cold = normalize(history, facts, tokenizer, "stop")
+        assert (carried.facts, carried.runs, list(carried.index)) == (
+            cold.facts,
+            cold.runs,
+            list(cold.index),
+        )
+        if previous is not None:
+            assert carried.shared == len(previous.facts)
+        assert carried.runs is not None
+        assert len(carried.runs) <= 4
+        previous = carried
+
+
 def _spy(function: Any, calls: list[int]) -> Any:
     def spy(messages: Any, response: int, *args: Any) -> Any:
         calls.append(response)

@@ -340,6 +340,41 @@ def test_a_grown_stored_history_reuses_earlier_reports_and_leaves_dropped_messag
     _same(second, govern(copy.deepcopy(session), policy, model=MODEL))
 
 
+def test_results_read_before_or_after_their_stored_history_grew_report_as_cold_calls() -> None:
+    # A history's lists (its facts, its pair repair's) grow in place with the history once its
+    # result is read no more; a result still unread keeps what it reports, whenever its report
+    # is built. The call left unanswered at the start makes pair repair change the history.
+    session = _long_session(20)
+    session[2:2] = [_call("read", id="lost"), _user("never mind")]
+    policy = Policy(context_window=5_000, reserved_output_tokens=0)
+    facts = [stored(m) for m in session]
+    sizes = (len(session) - 9, len(session) - 5, len(session))
+    held = govern(session[: sizes[0]], policy, model=MODEL, facts=facts[: sizes[0]])
+    read = govern(session[: sizes[1]], policy, model=MODEL, facts=facts[: sizes[1]])
+    assert read.report.messages_before == sizes[1]
+    last = govern(session, policy, model=MODEL, facts=facts)
+    for governed, size in zip((held, read, last), sizes, strict=True):
+        _same(governed, govern(copy.deepcopy(session[:size]), policy, model=MODEL))
+
+
+def test_a_stored_history_that_does_not_extend_the_remembered_one_leaves_it_to_extend() -> None:
+    # Facts that end like the remembered history's but differ before: governed cold, and the
+    # remembered history is still there, as it was, for the one that does extend it.
+    session = _long_session(6)
+    policy = Policy(context_window=3_000, reserved_output_tokens=0)
+    facts = [stored(m) for m in session]
+    size = len(session) - 2
+    govern(session[:size], policy, model=MODEL, facts=facts[:size]).report  # noqa: B018
+    edited = [*session[:3], _user("another task"), *session[4:]]
+    other = [*facts[:3], stored(edited[3]), *facts[4:]]
+    with carried_lengths() as seen:
+        apart = govern(edited, policy, model=MODEL, facts=other)
+        grown = govern(session, policy, model=MODEL, facts=facts)
+    assert seen == [0, size]
+    _same(apart, govern(copy.deepcopy(edited), policy, model=MODEL))
+    _same(grown, govern(copy.deepcopy(session), policy, model=MODEL))
+
+
 def test_reports_of_one_stored_history_built_in_threads_equal_cold_ones() -> None:
     # The hub serves one session from several threads: calls on a history grown share the
     # reports earlier calls built, and their reports may be built at the same time.

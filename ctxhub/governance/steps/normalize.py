@@ -178,8 +178,10 @@ class Pairing:
 
     A history that grows by appending extends the pass from where it stopped (``extended``)
     instead of walking every message again; the outcome is the same as one pass over the whole.
-    Instances are never changed: ``extended`` copies the mappings it updates and replaces (never
-    edits) the lists and sets in them, so an earlier pairing stays as it was.
+    ``extended`` copies the mappings it updates, so an earlier pairing stays as it was, unless
+    told the earlier one is read no more (``in_place``): the mappings hold a history's open
+    and dangling calls, and copying them on every call would be a pass over its responses.
+    The lists and sets in them are replaced, never edited.
     """
 
     length: int = 0
@@ -201,14 +203,16 @@ class Pairing:
     """Repair of the messages before this index is the same as under the pairing this one
     extended: only responses from here on had a call answered or made dangling."""
 
-    def extended(self, facts: Sequence[MessageFacts]) -> Pairing:
-        """The pairing after also seeing ``facts[self.length:]``."""
+    def extended(self, facts: Sequence[MessageFacts], *, in_place: bool = False) -> Pairing:
+        """The pairing after also seeing ``facts[self.length:]``; ``in_place`` takes this
+        one's mappings over (it must not be read afterwards)."""
         if len(facts) == self.length:
             return self
-        open_calls = dict(self.open_calls)
-        unanswered = dict(self.unanswered)
-        orphans = dict(self.orphans)
-        late = dict(self.late)
+        take = (lambda mapping: mapping) if in_place else dict
+        open_calls = take(self.open_calls)
+        unanswered = take(self.unanswered)
+        orphans = take(self.orphans)
+        late = take(self.late)
         # The last message seen may now be followed (so its answers go in the next message).
         same_until = max(self.length - 1, 0)
         for position in range(self.length, len(facts)):
@@ -265,6 +269,8 @@ def normalize(
     dangling_text: str,
     pairing: Pairing | None = None,
     previous: Normalized | None = None,
+    *,
+    in_place: bool = False,
 ) -> Normalized:
     """Repair tool-call pairing; cheap when nothing needs repair (the common case).
 
@@ -277,6 +283,8 @@ def normalize(
     ``previous`` is the repair of the history this one extends, made with the pairing
     ``pairing`` extends: the pass is taken up where the repairs start to differ (near the end,
     for a history grown by a turn), so a long history is not repaired again from its start.
+    ``in_place`` takes ``previous``'s lists over (it must not be read afterwards) rather than
+    copying what the pass keeps of them.
     """
     if pairing is None or pairing.length != len(facts):
         pairing = Pairing().extended(facts)
@@ -293,9 +301,9 @@ def normalize(
     start = 0
     if previous is not None and previous.text == dangling_text and previous.changed:
         if previous.inputs == len(held):
-            start = repair.resume(previous, len(held))
+            start = repair.resume(previous, len(held), in_place)
         elif previous.inputs == pairing.extends:
-            start = repair.resume(previous, pairing.same_until)
+            start = repair.resume(previous, pairing.same_until, in_place)
     return repair.run(start)
 
 
@@ -329,30 +337,36 @@ class _Repair:
         self.checkpoints: list[Checkpoint] = []
         self.copied = 0
         self.shared: int | None = None
+        self.cut_facts: list[MessageFacts] = []
+        """The facts of ``previous`` past the checkpoint the pass was taken up at."""
         self.pending: list[Answer] = []
         self.sources: list[tuple[int, int] | None] = []
 
-    def resume(self, previous: Normalized, before: int) -> int:
+    def resume(self, previous: Normalized, before: int, in_place: bool) -> int:
         """Take up ``previous``'s pass at its last checkpoint at or before input ``before``;
-        the input index to go on from (0: from the start)."""
+        the input index to go on from (0: from the start). ``in_place`` cuts ``previous``'s
+        lists back to the checkpoint and goes on with them rather than copying them: on a
+        long history, each copy is a pass over it."""
         at = bisect_right(previous.checkpoints, before, key=attrgetter("site")) - 1
         if at < 0:
             return 0
         site, length, runs, copied = previous.checkpoints[at]
         assert previous.runs is not None
         assert isinstance(previous.index, list)
-        self.checkpoints = previous.checkpoints[:at]
-        self.out_facts = previous.facts[:length]
+        cut, before_end = (_cut, _before_in_place) if in_place else (_copied, _before)
+        self.checkpoints = cut(previous.checkpoints, at)
+        self.cut_facts = previous.facts[length:]
+        self.out_facts = cut(previous.facts, length)
         self.shared = length
-        self.index = previous.index[:length]
-        self.runs = previous.runs[:runs]
+        self.index = cut(previous.index, length)
+        self.runs = cut(previous.runs, runs)
         self.copied = copied
+        self.dropped = cut(previous.dropped, bisect_left(previous.dropped, site))
         # Keyed in the order the pass added them: the entries past the checkpoint are last.
-        self.own = _before(previous.own, length)
-        self.origins = _before(previous.origins, length)
-        self.moved = _before(previous.moved, length)
-        self.removed = _before(previous.removed, site)
-        self.dropped = previous.dropped[: bisect_left(previous.dropped, site)]
+        self.own = before_end(previous.own, length)
+        self.origins = before_end(previous.origins, length)
+        self.moved = before_end(previous.moved, length)
+        self.removed = before_end(previous.removed, site)
         return site
 
     def run(self, start: int) -> Normalized:
@@ -393,8 +407,21 @@ class _Repair:
                     self.sources.extend(source for _, source in answers)
                 continue
             self._request(position, size - 1)
+        if size and not self.pending and (not sites or sites[-1] < size - 1):
+            # A checkpoint before the last message too (which a grown history may answer), so
+            # the next call takes the pass up there, not at the last repair however far back.
+            self._copy_to(size - 1)
+            self.checkpoints.append(
+                Checkpoint(size - 1, len(self.index), len(self.runs), self.copied)
+            )
         self._copy_to(size)
         self._flush()
+        if self.shared is not None:
+            # The pass taken up often makes the same messages again past the checkpoint.
+            for old, new in zip(self.cut_facts, self.out_facts[self.shared :], strict=False):
+                if old is not new:
+                    break
+                self.shared += 1
         return Normalized(
             Repaired(self.messages, self.index, self.own),
             self.out_facts,
@@ -416,10 +443,20 @@ class _Repair:
         """Keep the input messages from the last one read up to ``position`` as they are."""
         copied = self.copied
         if position > copied:
-            self.runs.append((copied, len(self.index), position - copied))
+            runs, at = self.runs, len(self.index)
+            first, start, length = runs[-1] if runs else (-1, -1, 0)
+            if first + length == copied and start + length == at and len(runs) > self._frozen():
+                # Continues the last run, which no checkpoint holds: one run, not one a call.
+                runs[-1] = (first, start, length + position - copied)
+            else:
+                runs.append((copied, at, position - copied))
             self.out_facts.extend(self.facts[copied:position])
             self.index.extend(range(copied, position))
             self.copied = position
+
+    def _frozen(self) -> int:
+        """How many runs the last checkpoint holds (a resumed pass takes them as they were)."""
+        return self.checkpoints[-1].runs if self.checkpoints else 0
 
     def _keep(self, position: int) -> None:
         self.runs.append((position, len(self.index), 1))
@@ -479,10 +516,25 @@ class _Repair:
 
 def _before[V](entries: dict[int, V], end: int) -> dict[int, V]:
     """The entries of a dict keyed in increasing order whose keys are below ``end``."""
-    kept = dict(entries)
-    while kept and next(reversed(kept)) >= end:
-        kept.popitem()
-    return kept
+    return _before_in_place(dict(entries), end)
+
+
+def _before_in_place[V](entries: dict[int, V], end: int) -> dict[int, V]:
+    """``_before`` by taking the other entries out of ``entries``."""
+    while entries and next(reversed(entries)) >= end:
+        entries.popitem()
+    return entries
+
+
+def _copied[T](items: list[T], end: int) -> list[T]:
+    """The first ``end`` items, copied."""
+    return items[:end]
+
+
+def _cut[T](items: list[T], end: int) -> list[T]:
+    """``items`` cut back to their first ``end``."""
+    del items[end:]
+    return items
 
 
 def _answers(

@@ -81,7 +81,7 @@ class ContextGovernor(AbstractCapability[Any]):
     on_compacted: Callable[[Compacted], None] | None = None
     """Called with every in-run compaction (summarised, fallen back or refused)."""
     last: Governed | None = field(default=None, init=False, repr=False)
-    """The latest governance result."""
+    """The latest governance result (None while the next request is governed)."""
     _runs: dict[str | None, _RunSummary] = field(default_factory=dict, init=False, repr=False)
     _refused: dict[str | None, int] = field(default_factory=dict, init=False, repr=False)
     """History tokens at which the run's summariser last gave nothing usable: it is not asked
@@ -163,6 +163,9 @@ class ContextGovernor(AbstractCapability[Any]):
 
         messages = request_context.messages
         history = self._summarised(ctx, messages)
+        # Let go of the previous result first: one still held unread keeps the history's lists
+        # from growing in place, and governing would copy them.
+        self.last = None
         governed = governed_from(history)
         if self.summarizer is not None and self._due(ctx, governed):
             compacted = await self._compact(history, name, governed.window_tokens)

@@ -14,8 +14,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ctxhub.governance import ContextGovernor, Policy, count_tokens
+from ctxhub.governance import ContextGovernor, Governed, Policy, count_tokens, memory
 from ctxhub.governance.steps.normalize import pairing_problems
+from ctxhub.governance.tokens import tokenizer_for
 
 WINDOW = 4_000
 
@@ -130,3 +131,17 @@ async def test_evicted_outputs_can_be_read_back_through_the_tool() -> None:
     assert result.output == "done"
     assert len(governor.store) == 1  # type: ignore[arg-type]
     assert read_back[0].splitlines()[1:] == [f"{n}: " + " ".join(["line"] * 10) for n in (3, 4)]
+
+
+async def test_each_request_of_a_run_grows_the_remembered_history_in_place() -> None:
+    # The governor lets go of its previous result before governing the next request, so each
+    # request extends the history remembered from the one before without copying its lists.
+    recorder = Recorder(iterations=5)
+    grown: list[bool] = []
+
+    def remembered(_: Governed) -> None:
+        grown.append(memory.histories[tokenizer_for("openai:gpt-4o").encoding_name][0].grows)
+
+    governor = ContextGovernor(_policy(), tokenizer_model="openai:gpt-4o", on_governed=remembered)
+    await _agent(recorder, governor).run("investigate")
+    assert grown == [False, True, True, True, True, True]

@@ -158,6 +158,16 @@ def _covered(history: EffectiveHistory, positions: Sequence[int]) -> tuple[int, 
     return low, high, low_pos, high_pos
 
 
+def compaction_policy(session: AgentSession) -> Policy:
+    """The session's policy with the window it is governed against filled in: a compaction
+    plans what to keep by that window (the session's own, else the model's), as governance
+    and the automatic trigger measure it."""
+    policy = session_policy(session)
+    if policy.context_window is None:
+        policy = policy.model_copy(update={"context_window": session_window(session)})
+    return policy
+
+
 def preview_compaction(
     session: AgentSession, *, focus: str = "", keep_from: int | None = None
 ) -> CompactionPreview:
@@ -167,7 +177,7 @@ def preview_compaction(
     stay). The compacted history is assembled as the job will assemble it, with a stand-in summary,
     so the seqs listed are exactly those the job's record covers.
     """
-    policy = session_policy(session)
+    policy = compaction_policy(session)
     summarizer = session_summarizer(session)
     state = session_state(session)
     history = effective_history(session)
@@ -250,7 +260,7 @@ def request_compaction(
     focus = focus.strip()
     if len(focus) > 2_000:
         raise Invalid("focus is limited to 2,000 characters", field="focus")
-    policy = session_policy(session)
+    policy = compaction_policy(session)
     summarizer = session_summarizer(session)
     state = session_state(session)
     if keep_from is not None:

@@ -257,6 +257,28 @@ def test_an_auto_compaction_runs_once_the_soft_threshold_is_crossed(alice: Any) 
     assert effective_history(session).tokens < threshold
 
 
+def test_a_session_window_set_apart_from_the_policy_is_the_one_compaction_plans_by(
+    alice: Any,
+) -> None:
+    # The window given with the session (not in its policy) is what governance and the
+    # automatic trigger measure; a compaction planned by the model's far larger window would
+    # keep everything recent and find nothing to summarise.
+    policy = {k: v for k, v in SMALL_POLICY.items() if k != "context_window"}
+    session = make_session(
+        alice,
+        context_window=6_000,
+        policy={**policy, "compaction": {"auto": True, "soft_threshold": 0.8}},
+    )
+    jobs = CompactionJob.objects.filter(session=session)
+    n = 0
+    while not jobs.exists():
+        services.append_messages(session, turn(n, size=40))
+        n += 1
+    job = jobs.get()
+    assert (job.trigger, job.status, job.outcome) == ("auto", "done", "summarized")
+    assert effective_history(session).tokens < services.soft_threshold(session)
+
+
 def test_auto_compaction_stops_after_three_runs_that_do_not_shrink_enough(alice: Any) -> None:
     # A threshold so low that no compaction gets under it: every run is ineffective.
     session = make_session(

@@ -442,6 +442,8 @@ def _extends_facts(
     place to ``facts``: proving that ``facts`` begins with it is then one list comparison,
     with no copy of a long history's facts on every call.
     """
+    if not isinstance(facts, list):
+        facts = list(facts)  # compared by list comparisons
     held: list[MessageFacts] | None = None
     for candidate in sorted(
         (c for c in recent if _ends_like(c, facts)), key=attrgetter("size"), reverse=True

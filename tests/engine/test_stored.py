@@ -375,6 +375,17 @@ def test_a_stored_history_that_does_not_extend_the_remembered_one_leaves_it_to_e
     _same(grown, govern(copy.deepcopy(session), policy, model=MODEL))
 
 
+def test_stored_facts_given_as_a_tuple_extend_the_remembered_history() -> None:
+    session = _long_session(4)
+    policy = Policy(context_window=3_000, reserved_output_tokens=0)
+    facts = tuple(stored(m) for m in session)
+    with carried_lengths() as seen:
+        govern(session[:-2], policy, model=MODEL, facts=facts[:-2]).report  # noqa: B018
+        grown = govern(session, policy, model=MODEL, facts=facts)
+    assert seen == [0, len(session) - 2]
+    _same(grown, govern(copy.deepcopy(session), policy, model=MODEL))
+
+
 def test_reports_of_one_stored_history_built_in_threads_equal_cold_ones() -> None:
     # The hub serves one session from several threads: calls on a history grown share the
     # reports earlier calls built, and their reports may be built at the same time.

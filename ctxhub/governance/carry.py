@@ -48,8 +48,9 @@ class Carry:
     """
 
     facts: list[MessageFacts]
-    """The call's facts; the history extending it may since have grown the list in place, so
-    only the first ``size`` are its."""
+    """The call's facts. The call extending it may since have taken the list over (cut back
+    to where their pair repairs differ and grown again in place): read within
+    ``carried_size`` only."""
     base_tokens: array[int]
     """Tokens of each position before caps and masks."""
     base_total: int

@@ -660,7 +660,9 @@ def _unread(previous: _Prepared) -> bool:
     """Whether nothing reads ``previous``'s lists any more: the result of its call is gone, or
     its report (which reads them when first asked for) is built. A history taken over may then
     have its lists grown in place."""
-    governed = previous.result() if previous.result is not None else None
+    if previous.result is None:
+        return False  # its call is not done
+    governed = previous.result()
     return governed is None or "report" in vars(governed)
 
 

@@ -73,6 +73,16 @@ stop_services() {
   local dir=$1 run_pg=()
   [ "$(id -u)" = 0 ] && run_pg=(runuser -u postgres --)
   "${run_pg[@]}" "$(find_bin pg_ctl)" -D "$dir/pg/data" -m immediate stop >/dev/null 2>&1 || true
-  [ -f "$dir/redis/redis.pid" ] && kill "$(cat "$dir/redis/redis.pid")" 2>/dev/null || true
+  local pid
+  if [ -f "$dir/redis/redis.pid" ]; then
+    pid=$(cat "$dir/redis/redis.pid")
+    kill "$pid" 2>/dev/null || true
+    # Redis writes its log and removes its pid file as it exits: removing the directory
+    # meanwhile fails ("Directory not empty"), so wait for it (at most 5 s).
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+  fi
   rm -rf "$dir"
 }

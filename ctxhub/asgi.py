@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from typing import Any
 
-from django.core.asgi import get_asgi_application
+import django
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
 # Django must be set up before anything that imports models.
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+
+class FinishingASGIHandler(ASGIHandler):
+    """Django's handler, except that a client going away does not cancel its request.
+
+    Cancelling stops waiting for the thread that runs the view, not the thread: whatever
+    database connection that thread then takes is never handed back to the pool, and after a
+    few dropped requests (clients that time out under load) every request of the process
+    waits for a connection that will not come. Finished, the request hands its connection
+    back as any other; its answer goes nowhere. No view here streams or long-polls.
+    """
+
+    async def listen_for_disconnect(self, receive: Any) -> None:
+        await asyncio.Event().wait()  # cancelled once the response is sent
+
+
+django_asgi_app = FinishingASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

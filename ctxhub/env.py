@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -73,7 +74,16 @@ def _sqlite(path: Path) -> dict[str, Any]:
     }
 
 
-def database_from_url(name: str, url: str, *, sqlite_default: Path) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A process's PostgreSQL connection pool: at most ``size`` connections; a request that finds
+    them all busy waits ``timeout`` seconds for one, then gives up (the hub answers 503)."""
+
+    size: int
+    timeout: float
+
+
+def database_from_url(name: str, url: str, *, sqlite_default: Path, pool: Pool) -> dict[str, Any]:
     """A DATABASES entry from ``postgres://user:pass@host:port/db`` or ``sqlite:///path``."""
     if not url:
         return _sqlite(sqlite_default)
@@ -104,8 +114,14 @@ def database_from_url(name: str, url: str, *, sqlite_default: Path) -> dict[str,
         "PASSWORD": unquote(parts.password or ""),
         "HOST": unquote(parts.hostname or ""),
         "PORT": str(port or ""),
-        "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
+        # https://docs.djangoproject.com/en/6.1/ref/databases/#postgresql-pool
+        # Persistent connections are not reused across requests under ASGI (each request may
+        # run in a new thread) and pile up until PostgreSQL refuses clients: the pool bounds
+        # what one process holds, and every request hands its connection back when it ends.
+        "CONN_MAX_AGE": 0,
+        "OPTIONS": {
+            "pool": {"min_size": min(2, pool.size), "max_size": pool.size, "timeout": pool.timeout}
+        },
     }
 
 

@@ -14,6 +14,7 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from ctxhub.env import (
+    Pool,
     database_from_url,
     env_bool,
     env_choice,
@@ -96,9 +97,17 @@ TEMPLATES = [
 ]
 
 # https://docs.djangoproject.com/en/6.1/ref/settings/#databases
+# PostgreSQL connections are pooled per process: CTXHUB_DB_POOL_SIZE at most, so web processes
+# times that, plus the workers', must stay below PostgreSQL's max_connections (100 by default).
 DATABASES = {
     "default": database_from_url(
-        "DATABASE_URL", env_str("DATABASE_URL"), sqlite_default=DATA_DIR / "ctxhub.sqlite3"
+        "DATABASE_URL",
+        env_str("DATABASE_URL"),
+        sqlite_default=DATA_DIR / "ctxhub.sqlite3",
+        pool=Pool(
+            size=env_int("CTXHUB_DB_POOL_SIZE", 10, minimum=1),
+            timeout=env_int("CTXHUB_DB_POOL_TIMEOUT", 5, minimum=1),
+        ),
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

@@ -7,6 +7,9 @@ from django.urls import include, path
 from sessions import views
 from sessions.api.routes import urls as api_urls
 
+# A database that is saturated or away answers 503 with Retry-After, on every page and the API.
+handler500 = "sessions.outages.server_error"
+
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

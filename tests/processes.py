@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,15 +103,34 @@ def port_open(port: int) -> Callable[[], bool]:
     return check
 
 
+def healthy(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    return check
+
+
 @contextmanager
 def asgi_server(
-    log: Path, port: int | None = None, *, env: dict[str, str] | None = None
+    log: Path,
+    port: int | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    workers: int = 1,
 ) -> Iterator[str]:
-    """daphne serving ctxhub.asgi (pages, static files, sockets); yields its base URL."""
+    """The production web server (gunicorn with uvicorn workers, scripts/web.sh) serving
+    pages, static files and sockets; yields its base URL."""
     port = port or free_port()
-    args = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "ctxhub.asgi:application"]
-    with running(args, log, port_open(port), env=env):
-        yield f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{port}"
+    args = ["bash", str(ROOT / "scripts" / "web.sh"), f"127.0.0.1:{port}"]
+    extra = {"WEB_CONCURRENCY": str(workers), **(env or {})}
+    # Ready when a worker answers, not when gunicorn listens (its workers boot after).
+    with running(args, log, healthy(url), env=extra):
+        yield url
 
 
 @contextmanager

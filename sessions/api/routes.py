@@ -15,7 +15,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Count, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Status
@@ -26,7 +26,7 @@ from pydantic import ValidationError as PydanticError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import Policy, govern
-from sessions import services, tasks
+from sessions import outages, services, tasks
 from sessions.api import limits
 from sessions.api.errors import ApiError, dotted_to_path, error_response, field_path, handle
 from sessions.api.keys import authenticate
@@ -132,6 +132,11 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 @api.exception_handler(RequestDataTooBig)
 def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return handle(request, _too_large())
+
+
+@api.exception_handler(OperationalError)
+def _database_unavailable(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    return outages.unavailable(request, "the database")
 
 
 @api.exception_handler(HttpError)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
@@ -73,7 +73,7 @@ class HubGovernance(AbstractCapability[Any]):
                 limit: How many lines (or matches) to return.
                 grep: A regular expression; only matching lines are returned.
             """
-            text = await sync_to_async(read_evicted_output)(
+            text = await database_sync_to_async(read_evicted_output)(
                 session, ref, offset=offset, limit=limit, grep=grep
             )
             return text if text is not None else f"No evicted output is stored under {ref!r}."

@@ -19,9 +19,9 @@ import contextvars
 import logging
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import ThreadSensitiveContext
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.db import connections
 from django.template.loader import render_to_string
 from pydantic_ai.exceptions import (
     ModelAPIError,
@@ -68,18 +68,18 @@ class TurnRun:
     async def before_request(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         new = messages[self.stored :]
         if new:
-            await sync_to_async(self._append)(new)
+            await database_sync_to_async(self._append)(new)
             self.stored = len(messages)
             if self.stream.live["tools"]:
                 await self.stream.results_stored()
         self.requests += 1
-        governed, xray_html = await sync_to_async(self._govern)()
+        governed, xray_html = await database_sync_to_async(self._govern)()
         await self.stream.request_sent(self.requests, xray_html)
         return governed
 
     async def after_response(self, response: ModelResponse) -> None:
         await self.stream.flush()
-        await sync_to_async(self._append)([response])
+        await database_sync_to_async(self._append)([response])
         self.stored += 1
         await self.stream.response_stored()
 
@@ -104,7 +104,9 @@ class TurnRun:
 
     async def main(self) -> None:
         # Its own thread for the ORM, as a request has: a turn outlives the request that
-        # started it.
+        # started it. Each database call hands its connection back to the pool as it ends
+        # (database_sync_to_async), so a turn holds none while the model thinks, and a Stop
+        # that cancels a call cannot strand one.
         async with ThreadSensitiveContext():
             heartbeat = asyncio.create_task(self._beat())
             listener = asyncio.create_task(self._listen_for_stop())
@@ -113,7 +115,6 @@ class TurnRun:
             finally:
                 heartbeat.cancel()
                 listener.cancel()
-                await sync_to_async(connections.close_all)()
 
     async def _execute(self) -> None:
         status, error = TurnStatus.DONE, ""
@@ -133,7 +134,7 @@ class TurnRun:
             status, error = TurnStatus.FAILED, describe(exc)
             log.warning("chat turn %s failed: %s", self.turn.pk, error, exc_info=True)
         await self.stream.flush()
-        turn = await sync_to_async(turns.finish)(self.turn, status, error=error)
+        turn = await database_sync_to_async(turns.finish)(self.turn, status, error=error)
         await self.stream.finished(turn)
 
     async def _beat(self) -> None:
@@ -180,7 +181,7 @@ async def start_turn(session: AgentSession, actor: Any, prompt: str) -> ChatTurn
     """Record a turn and start it; Conflict while another turn of the session runs."""
     layer = get_channel_layer()
     channel = await layer.new_channel() if layer is not None else ""
-    turn = await sync_to_async(turns.begin)(session, actor, prompt, channel)
+    turn = await database_sync_to_async(turns.begin)(session, actor, prompt, channel)
     run = TurnRun(session, turn)
     await send(session, render_turn(turn, oob=True))
     _RUNS[session.pk] = run
@@ -198,7 +199,7 @@ def _forget(session_pk: Any, run: TurnRun) -> None:
 
 async def stop_turn(session: AgentSession) -> ChatTurn:
     """Stop the session's running turn, wherever it runs; Conflict when none runs."""
-    turn = await sync_to_async(turns.running_turn)(session)
+    turn = await database_sync_to_async(turns.running_turn)(session)
     if turn is None:
         raise Conflict("no turn is running")
     run = _RUNS.get(session.pk)
@@ -206,7 +207,9 @@ async def stop_turn(session: AgentSession) -> ChatTurn:
         run.stop()
     elif turns.is_stale(turn):
         # Its server died: close it here.
-        turn = await sync_to_async(turns.finish)(turn, TurnStatus.LOST, error="its server stopped")
+        turn = await database_sync_to_async(turns.finish)(
+            turn, TurnStatus.LOST, error="its server stopped"
+        )
         await send(session, render_turn(turn, oob=True))
     else:
         layer = get_channel_layer()

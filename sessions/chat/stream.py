@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncIterable
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 from django.utils.html import format_html
@@ -241,7 +241,7 @@ class TurnStream:
     async def _save(self) -> None:
         # A copy: the event loop goes on changing the state while a thread saves it.
         live = copy.deepcopy(self.live)
-        await sync_to_async(turns.save_live)(self.turn, live, live["response"])
+        await database_sync_to_async(turns.save_live)(self.turn, live, live["response"])
 
 
 async def send(session: AgentSession, html: str) -> None:

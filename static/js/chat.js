@@ -113,6 +113,15 @@ document.addEventListener("htmx:afterRequest", (event) => {
   if (form.id === "chat-form" && event.detail.successful && !typedSinceSent) form.reset();
 });
 
+// The composer comes disabled and is enabled once htmx has processed it (htmx.onLoad runs
+// for the page as htmx starts, and for any fragment it swaps in later).
+htmx.onLoad((root) => {
+  const fields = root.matches?.("[data-until-ready]")
+    ? [root]
+    : [...(root.querySelectorAll?.("[data-until-ready]") ?? [])];
+  for (const fieldset of fields) fieldset.disabled = false;
+});
+
 document.addEventListener("keydown", (event) => {
   const box = event.target.closest && event.target.closest("#chat-form textarea");
   if (box && event.key === "Enter" && !event.shiftKey && !event.isComposing) {

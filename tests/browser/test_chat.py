@@ -157,6 +157,28 @@ def test_a_new_chat_streams_the_turn_into_the_page(page: Page, chat_url: str, al
     shot(page, "chat")
 
 
+def test_the_composer_is_disabled_until_the_page_can_send(
+    page: Page, chat_url: str, alice: Any
+) -> None:
+    """Before the page's scripts take the form over, Enter would add a new line (or send the
+    form as a plain page request): the composer says it is not ready, then sends."""
+    session = make_session(alice, title="Slow scripts", model="offline:demo")
+    held: list[Route] = []
+    page.route(re.compile(r"/static/js/chat\.js"), lambda route: held.append(route))
+    log_in(page, chat_url, session.get_absolute_url())
+    prompt = page.get_by_test_id("chat-prompt")
+    expect(prompt).to_be_visible()
+    expect(prompt).to_be_disabled()
+    expect(page.get_by_test_id("chat-send")).to_be_disabled()
+
+    (script,) = held
+    script.continue_()
+    send(page, "list the files")
+    wait_done(page)
+    assert isinstance(log_of(session)[0], ModelRequest)
+    expect(prompt).to_have_value("")
+
+
 def test_stop_mid_turn_then_a_new_prompt(page: Page, chat_url: str, alice: Any) -> None:
     session = make_session(alice, title="Stop me", model="offline:demo")
     open_chat(page, chat_url, session)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The production web server: gunicorn running WEB_CONCURRENCY uvicorn worker processes on one
+# socket (default: one per core). Each process serves any page, socket and chat of any session:
+# they share PostgreSQL and the Redis channel layer. Usage: scripts/web.sh [HOST:PORT]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -d .venv ] && PATH="$PWD/.venv/bin:$PATH"
+exec gunicorn ctxhub.asgi:application \
+  --worker-class ctxhub.workers.UvicornWorker \
+  --bind "${1:-0.0.0.0:8000}" \
+  --workers "${WEB_CONCURRENCY:-$(nproc)}" \
+  --graceful-timeout 20 \
+  --no-control-socket \
+  --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}"

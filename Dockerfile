@@ -13,4 +13,4 @@ COPY . .
 RUN useradd --system --uid 1000 ctxhub && mkdir -p /app/var && chown ctxhub /app/var
 USER ctxhub
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "ctxhub.asgi:application"]
+CMD ["scripts/web.sh", "0.0.0.0:8000"]

@@ -99,9 +99,9 @@ def measure(what: str, session_id: str) -> float:
         _get(client, f"{page}fates/?from={last - 199}&to={last}")
     elapsed = time.perf_counter() - started
     # What a worker does after every append, so the next fresh process finds a snapshot.
-    from sessions.tasks import refresh_snapshot
+    from sessions.tasks import settle_session
 
-    refresh_snapshot(str(session.pk), last)
+    settle_session(str(session.pk), False)
     return elapsed
 
 

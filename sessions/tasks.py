@@ -36,15 +36,9 @@ def sweep_jobs() -> dict[str, int]:
 
 
 @app.task(ignore_result=True)
-def refresh_snapshot(session_id: str, last_seq: int) -> None:
-    """Govern a session after an append and store the snapshot a fresh process reads; skipped
-    when more messages came since (their own refresh follows)."""
-    from sessions import snapshots
-    from sessions.history import log_heads, pinned_seqs
-    from sessions.services.governed import governed_context
+def settle_session(session_id: str, auto_compact: bool) -> None:
+    """After appends: check automatic compaction and store the snapshot a fresh process reads
+    (``sessions.services.log.settle_later``)."""
+    from sessions.services.log import settle
 
-    session = AgentSession.objects.filter(pk=session_id).first()
-    if session is None or log_heads(session)[1] != last_seq:
-        return
-    pins = pinned_seqs(session)
-    snapshots.write(session, snapshots.key(session, pins), governed_context(session))
+    settle(session_id, auto_compact)

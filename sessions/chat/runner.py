@@ -19,7 +19,7 @@ import contextvars
 import logging
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
@@ -178,10 +178,12 @@ def describe(error: Exception) -> str:
 
 
 async def start_turn(session: AgentSession, actor: Any, prompt: str) -> ChatTurn:
-    """Record a turn and start it; Conflict while another turn of the session runs."""
+    """Record a turn and start it; Conflict while another turn of the session runs. Called in
+    a request, whose connection is handed back when it ends (the turn's own calls, outliving
+    it, hand theirs back one by one)."""
     layer = get_channel_layer()
     channel = await layer.new_channel() if layer is not None else ""
-    turn = await database_sync_to_async(turns.begin)(session, actor, prompt, channel)
+    turn = await sync_to_async(turns.begin)(session, actor, prompt, channel)
     run = TurnRun(session, turn)
     await send(session, render_turn(turn, oob=True))
     _RUNS[session.pk] = run
@@ -199,7 +201,7 @@ def _forget(session_pk: Any, run: TurnRun) -> None:
 
 async def stop_turn(session: AgentSession) -> ChatTurn:
     """Stop the session's running turn, wherever it runs; Conflict when none runs."""
-    turn = await database_sync_to_async(turns.running_turn)(session)
+    turn = await sync_to_async(turns.running_turn)(session)
     if turn is None:
         raise Conflict("no turn is running")
     run = _RUNS.get(session.pk)
@@ -207,9 +209,7 @@ async def stop_turn(session: AgentSession) -> ChatTurn:
         run.stop()
     elif turns.is_stale(turn):
         # Its server died: close it here.
-        turn = await database_sync_to_async(turns.finish)(
-            turn, TurnStatus.LOST, error="its server stopped"
-        )
+        turn = await sync_to_async(turns.finish)(turn, TurnStatus.LOST, error="its server stopped")
         await send(session, render_turn(turn, oob=True))
     else:
         layer = get_channel_layer()

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from django.db.models import Count, Max, Q, Sum
 
 from sessions import snapshots
-from sessions.history import effective_tokens, is_remembered, log_heads, pinned_seqs
+from sessions.history import effective_tokens, is_remembered, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
     AgentSession,
@@ -169,7 +169,7 @@ def governed_figures(
     if is_remembered(session) or time.monotonic() < deadline:
         context = governed_context(session)
         return context.tokens, True, context.report.budget_tokens
-    refresh_snapshot_later(session, log_heads(session)[1])
+    refresh_snapshot_later(session)
     budget = session_policy(session).history_budget(session_window(session))
     return (None if snapshot is None else snapshot["tokens"]), False, budget
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
@@ -18,7 +19,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from ctxhub.governance.counting import message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
-from sessions import live
+from sessions import live, snapshots
+from sessions.history import pinned_seqs
 from sessions.models import AgentSession, Message, MessageKind, MessageSource
 from sessions.payloads import (
     content_hash,
@@ -26,8 +28,10 @@ from sessions.payloads import (
     parse_payload,
     storable_payload,
 )
+from sessions.services.compaction import auto_compact as compact_if_due
+from sessions.services.compaction import soft_threshold
 from sessions.services.errors import Conflict
-from sessions.services.governed import session_window
+from sessions.services.governed import governed_context, session_window
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +79,9 @@ def append_messages(
 
     Each item is a ``ModelMessage`` or its JSON form; JSON is validated first, so a bad item
     raises ``InvalidPayload`` (naming the field) before anything is written. Once committed, the
-    new messages are pushed live, and a session that passed its soft threshold gets a
-    background compaction (queued, never waited for), unless ``auto_compact`` is off (loading
-    a history at once, as the demo data does). ``expected_seq``: the seq the first message
+    new messages are pushed live, and the session is settled (``settle_later``): a session
+    that passed its soft threshold gets a background compaction, unless ``auto_compact`` is off
+    (loading a history at once, as the demo data does). ``expected_seq``: the seq the first message
     must get; a Conflict, and nothing written, when another append came first.
     """
     messages = [
@@ -110,11 +114,23 @@ def append_messages(
                 for i, (m, payload) in enumerate(zip(messages, payloads, strict=True))
             ]
         )
-        transaction.on_commit(lambda: live.messages_appended(session, rows, token_totals(session)))
-        if auto_compact:
-            transaction.on_commit(lambda: maybe_auto_compact(session))
-        transaction.on_commit(lambda: refresh_snapshot_later(session, rows[-1].seq))
+        transaction.on_commit(lambda: _appended(session, rows, auto_compact=auto_compact))
     return rows
+
+
+def _appended(session: AgentSession, rows: list[Message], *, auto_compact: bool) -> None:
+    """Once committed: push the messages live and settle the session; the append is stored,
+    so nothing here may turn it into an error."""
+    try:
+        totals = token_totals(session)
+        live.messages_appended(session, rows, totals)
+        # The whole log is an upper bound of what the model sees: below the soft threshold,
+        # no compaction can be due, and the check costs nothing more.
+        due = auto_compact and totals.tokens >= soft_threshold(session)
+    except Exception:
+        log.exception("after appending to session %s", session.pk)
+        due = auto_compact
+    settle_later(session, auto_compact=due)
 
 
 def append_message(
@@ -229,28 +245,55 @@ def sessions_for(user: Any) -> list[SessionSummary]:
     ]
 
 
-def maybe_auto_compact(session: AgentSession) -> None:
-    """Queue a background compaction when the session passed its soft threshold (see
-    ``sessions.services.compaction.auto_compact``); an append never waits for it, nor fails
-    because of it."""
-    from sessions.services.compaction import auto_compact
-
-    try:
-        auto_compact(session)
-    except Exception:  # the append is committed; a failed check must not turn it into an error
-        log.exception("auto-compaction check of session %s failed", session.pk)
+SNAPSHOT_DELAY_SECONDS = 1.0
+"""How long a worker waits after an append before refreshing the session's snapshot: the
+appends of that second are settled by one run."""
 
 
-def refresh_snapshot_later(session: AgentSession, last_seq: int) -> None:
-    """Have a worker refresh the session's governed snapshot (``sessions.snapshots``), so a
-    process that never governed it reads the context instead of governing it cold. Only with
-    a worker: jobs run in-process would make the append wait for it."""
+def settle_later(session: AgentSession, *, auto_compact: bool = True) -> None:
+    """After an append: check automatic compaction (``auto_compact``: the session may be past
+    its soft threshold) and refresh the session's snapshot.
+
+    Neither is needed for the append's answer, and together they cost more than the append
+    itself, so with a worker they run there, at most one pending run per session (and kind):
+    the appends that come while one waits are settled by it. A compaction check runs at once,
+    a snapshot refresh after a second. Without a worker (jobs run in-process) only the
+    compaction check runs, here. A failure never turns the committed append into an error.
+    """
     from ctxhub.celery import app
-    from sessions.tasks import refresh_snapshot
+    from sessions.tasks import settle_session
 
-    if app.conf.task_always_eager:
-        return
+    pk = str(session.pk)
     try:
-        refresh_snapshot.apply_async(args=(str(session.pk), last_seq), countdown=1)
-    except Exception as error:  # the broker is down: the next governance writes it instead
-        log.warning("could not queue a snapshot refresh of %s: %s", session.pk, error)
+        if app.conf.task_always_eager:
+            if auto_compact:
+                compact_if_due(session)
+        elif cache.add(settle_key(pk, auto_compact), 1, timeout=60):
+            delay = 0 if auto_compact else SNAPSHOT_DELAY_SECONDS
+            settle_session.apply_async(args=(pk, auto_compact), countdown=delay)
+    except Exception:  # the append is committed; the next one settles the session instead
+        log.exception("settling session %s after an append failed", pk)
+
+
+def settle_key(session_id: str, auto_compact: bool) -> str:
+    """The cache key that says a settle run of the session is pending."""
+    return f"settle:{session_id}:{int(auto_compact)}"
+
+
+def settle(session_id: str, auto_compact: bool) -> None:
+    """A worker's settle run (``settle_later``): what the session is now, not at the append."""
+    # First: an append from here on asks for another run rather than joining this one.
+    cache.delete(settle_key(session_id, auto_compact))
+    session = AgentSession.objects.filter(pk=session_id).first()
+    if session is None:
+        return
+    if auto_compact:
+        compact_if_due(session)
+    pins = pinned_seqs(session)
+    snapshots.write(session, snapshots.key(session, pins), governed_context(session))
+
+
+def refresh_snapshot_later(session: AgentSession) -> None:
+    """Have a worker refresh the session's governed snapshot (``sessions.snapshots``), so a
+    process that never governed it reads the context instead of governing it cold."""
+    settle_later(session, auto_compact=False)

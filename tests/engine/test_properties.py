@@ -12,9 +12,9 @@ policies vary budget and every mechanism. On every example, fitting or not:
 * the input is never mutated.
 
 Examples come from this run's seed (``property_seed``): random per run, printed at the end of
-it, replayed with ``CTXHUB_PROPERTY_SEED``. A failure prints the seed, the drawn spec, policy and
-pins, and the shapes of the history and its governed output; ``CTXHUB_PROPERTY_SHRINK=1`` makes
-the replayed failure minimal first.
+it, replayed with ``CTXHUB_PROPERTY_SEED``; CI draws the same examples on every run. A failure
+prints the seed, the drawn spec, policy and pins, and the shapes of the history and its
+governed output; ``CTXHUB_PROPERTY_SHRINK=1`` makes the replayed failure minimal first.
 """
 
 from __future__ import annotations
@@ -469,7 +469,8 @@ def _pins(data: st.DataObject, history: list[ModelMessage], most: int) -> frozen
 
 def _replay(detail: str) -> None:
     shrink = "" if SHRINK else f" ({SHRINK_ENV}=1 also makes the failure minimal)"
-    note(f"{ENV}={SEED} replays this run{shrink}; {detail}")
+    run = f"{ENV}={SEED} replays this run" if SEED is not None else "CI replays these examples"
+    note(f"{run}{shrink}; {detail}")
 
 
 # --- properties ---------------------------------------------------------------------------------
@@ -496,7 +497,7 @@ def seeded(max_examples: int) -> Callable[[Test], Test]:
             report_multiple_bugs=False,
             phases=PHASES,
         )(test)
-        return seed(SEED)(configured)
+        return configured if SEED is None else seed(SEED)(configured)
 
     return decorate
 

@@ -30,7 +30,7 @@ def _compose(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_compose_accepts_the_stack() -> None:
     assert _compose("-q", SECRET_KEY="compose-test-secret").returncode == 0
     services = _compose("--services", SECRET_KEY="compose-test-secret").stdout.split()
-    assert sorted(services) == ["migrate", "postgres", "redis", "web", "worker"]
+    assert sorted(services) == ["migrate", "postgres", "proxy", "redis", "web", "worker"]
 
 
 def test_compose_requires_a_secret_key() -> None:
@@ -52,3 +52,16 @@ def test_web_and_worker_start_after_migrations_on_postgres_and_redis() -> None:
     assert services["worker"]["command"][:3] == ["celery", "-A", "ctxhub.celery"]
     # The worker runs the job sweeper too.
     assert "--beat" in services["worker"]["command"]
+
+
+def test_web_scales_out_behind_the_proxy() -> None:
+    """`--scale web=N` needs no fixed host port on web: the proxy publishes the one port and
+    finds every web container by the service's name."""
+    services = yaml.safe_load(_compose(SECRET_KEY="compose-test-secret").stdout)["services"]
+    assert "ports" not in services["web"]
+    assert services["web"]["command"][0] == "scripts/web.sh"
+    assert [p["target"] for p in services["proxy"]["ports"]] == [80]
+    (mount,) = services["proxy"]["volumes"]
+    caddyfile = ROOT / "deploy" / "Caddyfile"
+    assert mount == f"{caddyfile}:/etc/caddy/Caddyfile:ro"
+    assert "dynamic a web 8000" in caddyfile.read_text()

@@ -25,7 +25,7 @@ from ninja.security import HttpBearer
 from pydantic import ValidationError as PydanticError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
-from ctxhub.governance import Policy, govern
+from ctxhub.governance import ContextReport, Policy, govern
 from sessions import outages, services, tasks
 from sessions.api import limits
 from sessions.api.errors import ApiError, dotted_to_path, error_response, field_path, handle
@@ -404,9 +404,19 @@ def messages(
 # --- the governed context ------------------------------------------------------------------
 
 
-def _dump(messages: list[Any]) -> list[dict[str, Any]]:
-    dumped: list[dict[str, Any]] = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
-    return dumped
+def _context_answer(messages: list[ModelMessage], report: ContextReport) -> HttpResponse:
+    """The governed context as ``ContextOut`` JSON, serialised by pydantic's core in one pass:
+    the largest answer the API gives, and an agent asks for it before every model request."""
+    body = b"".join(
+        (
+            b'{"messages":',
+            ModelMessagesTypeAdapter.dump_json(messages),
+            b',"report":',
+            report.__pydantic_serializer__.to_json(report),
+            b"}",
+        )
+    )
+    return HttpResponse(body, content_type="application/json")
 
 
 @api.get("/sessions/{session_id}/context", response=ContextOut, tags=["context"])
@@ -415,7 +425,7 @@ def context(
     session_id: UUID,
     model: QueryEx[str | None, P(max_length=200)] = None,
     max_tokens: QueryEx[int | None, P(ge=1_000, le=10_000_000)] = None,
-) -> dict[str, Any]:
+) -> HttpResponse:
     """Exactly what to send next, and why (the ContextReport). ``model`` counts with another
     model's tokenizer; ``max_tokens`` governs against a smaller window."""
     session = _session(request, session_id, "read")
@@ -431,21 +441,18 @@ def context(
             model=model,
             context_window_tokens=None if policy else session.context_window,
         )
-        return {
-            "messages": _dump(governed.messages),
-            "report": governed.report.model_dump(mode="json"),
-        }
+        return _context_answer(governed.messages, governed.report)
     found = services.governed_context(session, policy=policy)
-    return {"messages": _dump(found.messages), "report": found.report.model_dump(mode="json")}
+    return _context_answer(found.messages, found.report)
 
 
 @api.post("/govern", response=ContextOut, tags=["context"])
-def govern_stateless(request: HttpRequest, body: GovernIn) -> dict[str, Any]:
+def govern_stateless(request: HttpRequest, body: GovernIn) -> HttpResponse:
     """Govern a history sent whole (nothing is stored): for agents that keep their own."""
     _need(request, "read")
     messages = _parsed(body.messages)
     governed = govern(messages, _policy(body.policy), model=body.model)
-    return {"messages": _dump(governed.messages), "report": governed.report.model_dump(mode="json")}
+    return _context_answer(governed.messages, governed.report)
 
 
 # --- compactions, clears, pins ---------------------------------------------------------------

@@ -50,6 +50,7 @@ import websockets
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "load.json"
+LOGS = ROOT / "test-artifacts" / "load"  # the servers' and worker's logs of the last run
 OUTPUT = "x" * 60 + "\n"  # a 61-character line; 64 of them make a ~4 KB tool result
 
 
@@ -137,7 +138,7 @@ def web(env: dict[str, str], processes: int, work: Path) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = ["bash", "scripts/web.sh", f"127.0.0.1:{port}"]
-    with process(args, {**env, "WEB_CONCURRENCY": str(processes)}, work / "web.log"):
+    with process(args, {**env, "WEB_CONCURRENCY": str(processes)}, LOGS / "web.log"):
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -146,7 +147,7 @@ def web(env: dict[str, str], processes: int, work: Path) -> Iterator[str]:
                         break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError((work / "web.log").read_text()[-3000:]) from None
+                    raise RuntimeError((LOGS / "web.log").read_text()[-3000:]) from None
                 time.sleep(0.2)
         # Every process booted, not just the first (each answers on its own).
         time.sleep(2 * processes)
@@ -416,6 +417,7 @@ async def fan_out(
     for task in watchers:
         task.cancel()
     await asyncio.gather(*watchers, return_exceptions=True)
+    deaf = sum(not seen for watchers_of in by_session.values() for seen in watchers_of)
     delays, missing = [], 0
     for session, seq, started in sent:
         seen = [w.get(seq) for w in by_session[session]]
@@ -428,6 +430,7 @@ async def fan_out(
         "appends": len(sent),
         "to_every_watcher_ms": percentiles(delays),
         "missed_deliveries": missing,
+        "watchers_that_heard_nothing": deaf,
     }
 
 
@@ -477,6 +480,8 @@ def main() -> None:
     webs = [int(w) for w in args.web.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="ctxhub-load."))
+    shutil.rmtree(LOGS, ignore_errors=True)
+    LOGS.mkdir(parents=True)
     results: list[dict[str, Any]] = []
     fan: dict[str, Any] = {}
     try:
@@ -502,7 +507,7 @@ def main() -> None:
                 "--without-heartbeat",
                 "--loglevel=WARNING",
             ]
-            with process(worker, env, work / "worker.log"):
+            with process(worker, env, LOGS / "worker.log"):
                 for processes in webs:
                     with web(env, processes, work) as url:
                         asyncio.run(warm_up(url, make_agents(8 * processes, f"warm{processes}")))

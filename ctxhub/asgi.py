@@ -31,7 +31,6 @@ class FinishingASGIHandler(ASGIHandler):
 django_asgi_app = FinishingASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
-from channels.layers import get_channel_layer  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
@@ -40,12 +39,12 @@ from django.urls import get_resolver  # noqa: E402
 from ctxhub.governance.tokens import load_encoding  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
 
-# What a process's first requests would load, loaded now: every view behind the URL conf, the
-# channel layer's backend (connected later, per event loop) and the tokenizers' rank files.
-# Under gunicorn --preload (scripts/web.sh) this happens once, in the master, and each worker
-# process forks warm.
+# What a process's first requests would load, loaded now: every view behind the URL conf and
+# the tokenizers' rank files. Under gunicorn --preload (scripts/web.sh) this happens once, in
+# the master, and each worker process forks warm. Not the channel layer: it names the process
+# (its sockets' inbox in Redis) when made, and forked copies of one would share one inbox and
+# take each other's pushes.
 get_resolver().url_patterns  # noqa: B018
-get_channel_layer()
 for encoding in ("o200k_base", "cl100k_base"):
     load_encoding(encoding)
 

@@ -15,16 +15,26 @@ export CTXHUB_CHROMIUM=${CTXHUB_CHROMIUM:-$(find_bin chromium)}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ctxhub-test.XXXXXX")
 chmod 755 "$work"  # the PostgreSQL cluster below it belongs to another user when run as root
-trap 'stop_services "$work/services"; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; stop_services "$work/services"; rm -rf "$work"' EXIT
 start_services "$work/services"
 
-say "lint and types"
-.venv/bin/ruff check .
-.venv/bin/mypy ctxhub sessions
+# Lint, types and the smoke run go beside the main run, which spends much of its time waiting
+# for servers, workers and browsers; their output follows it.
+say "lint and types, and the smoke run on the embedded default (SQLite, in-memory layer, eager jobs), beside the suite"
+(.venv/bin/ruff check . && .venv/bin/mypy ctxhub sessions) >"$work/lint.log" 2>&1 &
+lint=$!
+env -u DATABASE_URL -u REDIS_URL CTXHUB_DATA_DIR="$work/embedded" \
+  .venv/bin/pytest -m smoke -p no:cacheprovider -q >"$work/smoke.log" 2>&1 &
+smoke=$!
 
 say "test suite on PostgreSQL + Redis"
-.venv/bin/pytest "$@"
+status=0
+.venv/bin/pytest "$@" || status=$?
 
-say "smoke run on the embedded default (SQLite, in-memory layer, eager jobs)"
-env -u DATABASE_URL -u REDIS_URL CTXHUB_DATA_DIR="$work/embedded" \
-  .venv/bin/pytest -m smoke -p no:cacheprovider -q
+say "lint and types"
+wait "$lint" || status=1
+cat "$work/lint.log"
+say "smoke run on the embedded default"
+wait "$smoke" || status=1
+cat "$work/smoke.log"
+exit "$status"

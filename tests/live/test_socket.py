@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from django.test import Client
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from sessions import services
+from sessions.api.keys import create_key
 from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session, result, user
 from tests.processes import asgi_server
@@ -106,3 +110,50 @@ def test_a_foreign_origin_is_refused(server: str, alice: object) -> None:
             open_timeout=10,
         )
     assert exc.value.response.status_code == 403
+
+
+@pytest.fixture(scope="module")
+def two_processes(django_db_setup: None) -> Iterator[tuple[str, Path]]:
+    required_env("REDIS_URL")
+    log = ARTIFACTS / "logs" / "web-two-processes.log"
+    log.unlink(missing_ok=True)
+    with asgi_server(log, workers=2) as url:
+        yield url, log
+
+
+def _process_of_each_socket(log: Path) -> list[str]:
+    return re.findall(r"\[(\d+)\] \[INFO\] connection open", log.read_text())
+
+
+def test_every_socket_hears_every_append_whichever_process_holds_it(
+    two_processes: tuple[str, Path], alice: object
+) -> None:
+    """Each web process has its own inbox in Redis: sockets of both hear every push, whichever
+    process answered the append (copies of one inbox would take each other's pushes)."""
+    server, log = two_processes
+    session = make_session(alice)
+    _, key = create_key(alice, name="agent", scopes=["write"])
+    cookie = _cookie(alice)
+    sockets = []
+    # Enough sockets that both processes hold some (the kernel picks the process).
+    while len(set(_process_of_each_socket(log))) < 2 and len(sockets) < 40:
+        sockets.append(_open(server, session.pk, cookie))
+        time.sleep(0.05)
+    assert len(set(_process_of_each_socket(log))) == 2
+    try:
+        api = httpx.Client(base_url=server, headers={"Authorization": f"Bearer {key}"})
+        for turn in range(6):
+            answer = api.post(
+                f"/api/v1/sessions/{session.pk}/messages",
+                json={"messages": [{"kind": "request", "parts": [
+                    {"part_kind": "user-prompt", "content": f"turn {turn}"}]}]},
+            )  # fmt: skip
+            assert answer.status_code == 201
+        for socket in sockets:
+            heard: set[str] = set()
+            while len(heard) < 6:
+                heard |= set(re.findall(r'id="msg-(\d+)"', str(socket.recv(timeout=15))))
+            assert heard == {str(seq) for seq in range(6)}
+    finally:
+        for socket in sockets:
+            socket.close()

@@ -28,11 +28,35 @@ class FinishingASGIHandler(ASGIHandler):
         await asyncio.Event().wait()  # cancelled once the response is sent
 
 
+class RequestLimit:
+    """At most ``limit`` HTTP requests of this process run at once; the others wait here, in
+    the event loop, holding nothing.
+
+    A request runs in a thread of its own and holds a database connection from its first
+    query to its end. Let every request in at once and fifty threads share one interpreter
+    lock: each runs at a fiftieth of the speed while holding its connection, and the pool runs
+    dry. Below the pool's size, a request that runs always finds a connection (websockets and
+    chat turns take the rest, briefly).
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.running = asyncio.Semaphore(limit)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        async with self.running:
+            await self.app(scope, receive, send)
+
+
 django_asgi_app = FinishingASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
@@ -51,7 +75,9 @@ for encoding in ("o200k_base", "cl100k_base"):
 application = ProtocolTypeRouter(
     {
         # One server for pages, static files and sockets: no separate static server to run.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "http": RequestLimit(
+            ASGIStaticFilesHandler(django_asgi_app), settings.CTXHUB_CONCURRENT_REQUESTS
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]
         ),

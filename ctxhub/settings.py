@@ -110,6 +110,9 @@ DATABASES = {
         ),
     )
 }
+# HTTP requests one web process runs at once (the others wait their turn, holding nothing):
+# fewer than its pooled connections, so a running request always finds one.
+CTXHUB_CONCURRENT_REQUESTS = env_int("CTXHUB_CONCURRENT_REQUESTS", 8, minimum=1)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The embedded default must start on a fresh clone with nothing prepared.
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +200,7 @@ CTXHUB_API_RATE_PER_MINUTE = env_int("CTXHUB_API_RATE_PER_MINUTE", 600, minimum=
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "ctxhub.redis_cache.SharedRedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": env_str("CTXHUB_CHANNEL_PREFIX", "ctxhub"),
         }

@@ -12,10 +12,14 @@ class UvicornWorker(_UvicornWorker):  # type: ignore[misc]  # uvicorn-worker shi
     not logged twice (gunicorn's ``--access-logfile`` logs them when asked); a socket whose
     peer vanished without closing is found by a ping within 20 s and its group left."""
 
+
     CONFIG_KWARGS: dict[str, Any] = {
         **_UvicornWorker.CONFIG_KWARGS,
         "lifespan": "off",
         "access_log": False,
         "ws_ping_interval": 20.0,
         "ws_ping_timeout": 20.0,
+        # Longer than a proxy's idle keep-alive to it, so the proxy closes first: a connection
+        # closed here as a request is sent on it fails that request.
+        "timeout_keep_alive": 75,
     }

@@ -364,7 +364,7 @@ def _build(
 class _Remembered:
     """The effective histories this process built last, per session (a small LRU)."""
 
-    SIZE = 8
+    SIZE = 64
 
     def __init__(self) -> None:
         self._items: OrderedDict[Any, EffectiveHistory] = OrderedDict()

@@ -1,0 +1,53 @@
+"""After an append, the session is settled by a worker (its compaction check and snapshot),
+with at most one run pending per session: the appends that come meanwhile are settled by it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ctxhub.celery import app as celery_app
+from sessions import services, tasks
+from sessions.services.log import settle
+from tests.conftest import required_env
+from tests.factories import make_session, user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Settle runs sent to the broker (none runs: no worker listens here); the pending flag is
+    the real one, in Redis."""
+    required_env("REDIS_URL")
+    celery_app.conf.task_always_eager = False
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(
+        tasks.settle_session, "apply_async", lambda args, countdown: sent.append((*args, countdown))
+    )
+    return sent
+
+
+def test_appends_while_a_run_is_pending_are_settled_by_it(
+    queued: list[tuple[Any, ...]], alice: Any
+) -> None:
+    session = make_session(alice)
+    for n in range(3):
+        services.append_message(session, user(f"step {n}"))
+    # Far below the soft threshold: a snapshot refresh only, a second later.
+    assert queued == [(str(session.pk), False, 1.0)]
+
+    settle(str(session.pk), False)  # the worker's run: the next append asks for another
+    services.append_message(session, user("step 3"))
+    assert len(queued) == 2
+    assert session.messages.count() == 4
+
+
+def test_a_session_past_its_soft_threshold_is_checked_at_once(
+    queued: list[tuple[Any, ...]], alice: Any
+) -> None:
+    session = make_session(alice, context_window=8_000)
+    threshold = services.soft_threshold(session)
+    services.append_message(session, user("word " * (threshold + 100)))
+    assert (str(session.pk), True, 0) in queued

@@ -12,7 +12,6 @@ class UvicornWorker(_UvicornWorker):  # type: ignore[misc]  # uvicorn-worker shi
     not logged twice (gunicorn's ``--access-logfile`` logs them when asked); a socket whose
     peer vanished without closing is found by a ping within 20 s and its group left."""
 
-
     CONFIG_KWARGS: dict[str, Any] = {
         **_UvicornWorker.CONFIG_KWARGS,
         "lifespan": "off",

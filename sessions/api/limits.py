@@ -1,9 +1,11 @@
 """Requests per key and minute, counted in the cache (Redis when configured, so every server
 process shares the count). A key over its limit gets 429 with Retry-After; other keys are not
-affected."""
+affected. While the cache is unreachable the limit is not counted (it fails open): the API
+keeps answering from PostgreSQL rather than refusing every request."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from django.conf import settings
@@ -11,6 +13,8 @@ from django.core.cache import cache
 
 from sessions.api.errors import ApiError
 from sessions.models import ApiKey
+
+log = logging.getLogger(__name__)
 
 WINDOW_SECONDS = 60
 
@@ -21,8 +25,12 @@ def check(key: ApiKey) -> None:
     window = int(now // WINDOW_SECONDS)
     name = f"api-rate:{key.prefix}:{window}"  # the cache adds its own prefix
     # add() then incr(): atomic on Redis and in the local cache alike.
-    cache.add(name, 0, timeout=WINDOW_SECONDS * 2)
-    count = cache.incr(name)
+    try:
+        cache.add(name, 0, timeout=WINDOW_SECONDS * 2)
+        count = cache.incr(name)
+    except Exception as error:  # Redis is away: redis-py's errors, or the socket's own
+        log.warning("rate of key %s not counted, the cache is unreachable: %s", key.prefix, error)
+        return
     if count > limit:
         retry = max(1, int((window + 1) * WINDOW_SECONDS - now) + 1)
         raise ApiError(

@@ -17,7 +17,7 @@ from django.test import Client
 from sessions.api.keys import create_key
 from sessions.models import AgentSession
 from tests.conftest import ARTIFACTS
-from tests.processes import asgi_server
+from tests.processes import asgi_server, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,3 +108,25 @@ def test_a_client_that_gives_up_mid_request_strands_no_connection(
     assert list(session.messages.values_list("seq", flat=True)) == [0]
     for _ in range(3):
         assert api.get("/context").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def redis_away(django_db_setup: None) -> Iterator[str]:
+    """A web process whose Redis (channel layer, broker, rate counts) does not answer."""
+    env = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "DEBUG": "false"}
+    with asgi_server(ARTIFACTS / "logs" / "web-redis-away.log", env=env) as url:
+        yield url
+
+
+def test_the_api_answers_while_redis_is_away(redis_away: str, alice: Any) -> None:
+    """Rate counts fail open, live pushes and settle runs are skipped: appends and contexts
+    are answered from PostgreSQL, never a 500."""
+    session = AgentSession.objects.create(owner=alice, title="No Redis", model="openai:gpt-4o")
+    _, key = create_key(alice, name="agent", scopes=["read", "write"])
+    api = httpx.Client(base_url=f"{redis_away}/api/v1/sessions/{session.pk}", timeout=30)
+    api.headers["Authorization"] = f"Bearer {key}"
+    appended = api.post("/messages", json={"messages": [MESSAGE], "expected_seq": 0})
+    assert appended.status_code == 201, appended.text
+    assert api.get("/context").status_code == 200
+    assert api.get(f"{redis_away}/api/v1/sessions").status_code == 200
+    assert list(session.messages.values_list("seq", flat=True)) == [0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -134,13 +135,13 @@ def test_every_socket_hears_every_append_whichever_process_holds_it(
     session = make_session(alice)
     _, key = create_key(alice, name="agent", scopes=["write"])
     cookie = _cookie(alice)
-    sockets = []
-    # Enough sockets that both processes hold some (the kernel picks the process).
-    while len(set(_process_of_each_socket(log))) < 2 and len(sockets) < 40:
-        sockets.append(_open(server, session.pk, cookie))
-        time.sleep(0.05)
-    assert len(set(_process_of_each_socket(log))) == 2
-    try:
+    with contextlib.ExitStack() as opened:
+        sockets = []
+        # Enough sockets that both processes hold some (the kernel picks the process).
+        while len(set(_process_of_each_socket(log))) < 2 and len(sockets) < 40:
+            sockets.append(opened.enter_context(_open(server, session.pk, cookie)))
+            time.sleep(0.05)
+        assert len(set(_process_of_each_socket(log))) == 2
         api = httpx.Client(base_url=server, headers={"Authorization": f"Bearer {key}"})
         for turn in range(6):
             answer = api.post(
@@ -154,6 +155,3 @@ def test_every_socket_hears_every_append_whichever_process_holds_it(
             while len(heard) < 6:
                 heard |= set(re.findall(r'id="msg-(\d+)"', str(socket.recv(timeout=15))))
             assert heard == {str(seq) for seq in range(6)}
-    finally:
-        for socket in sockets:
-            socket.close()

@@ -153,8 +153,9 @@ if REDIS_URL:
                 "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
                 "prefix": env_str("CTXHUB_CHANNEL_PREFIX", "ctxhub"),
                 # Every socket of one web process shares one inbox in Redis, and a push to a
-                # full inbox is dropped without a word: the default of 100 lost a third of the
-                # pushes with 100 watchers on two processes. Unread pushes expire after 60 s.
+                # full inbox is dropped without a word: with the default of 100, one append
+                # watched by a hundred sockets of a process fills it. Unread pushes expire
+                # after 60 s.
                 "capacity": env_int("CTXHUB_CHANNEL_CAPACITY", 5000, minimum=100),
             },
         }

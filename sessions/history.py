@@ -364,6 +364,8 @@ def _build(
 class _Remembered:
     """The effective histories this process built last, per session (a small LRU)."""
 
+    # A web process serves dozens of agents at once: with fewer, each session's history was
+    # rebuilt from the database between two of its own requests.
     SIZE = 64
 
     def __init__(self) -> None:

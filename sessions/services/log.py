@@ -268,9 +268,13 @@ def settle_later(session: AgentSession, *, auto_compact: bool = True) -> None:
         if app.conf.task_always_eager:
             if auto_compact:
                 compact_if_due(session)
-        elif cache.add(settle_key(pk, auto_compact), 1, timeout=60):
+        elif cache.add(key := settle_key(pk, auto_compact), 1, timeout=60):
             delay = 0 if auto_compact else SNAPSHOT_DELAY_SECONDS
-            settle_session.apply_async(args=(pk, auto_compact), countdown=delay)
+            try:
+                settle_session.apply_async(args=(pk, auto_compact), countdown=delay)
+            except Exception:
+                cache.delete(key)  # not pending after all: the next append asks again
+                raise
     except Exception:  # the append is committed; the next one settles the session instead
         log.exception("settling session %s after an append failed", pk)
 

@@ -134,7 +134,7 @@ def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
 
 
 @contextlib.contextmanager
-def web(env: dict[str, str], processes: int, work: Path) -> Iterator[str]:
+def web(env: dict[str, str], processes: int) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = ["bash", "scripts/web.sh", f"127.0.0.1:{port}"]
@@ -509,7 +509,7 @@ def main() -> None:
             ]
             with process(worker, env, LOGS / "worker.log"):
                 for processes in webs:
-                    with web(env, processes, work) as url:
+                    with web(env, processes) as url:
                         asyncio.run(warm_up(url, make_agents(8 * processes, f"warm{processes}")))
                         for count in counts:
                             agents = make_agents(count, f"w{processes}c{count}")

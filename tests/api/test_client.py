@@ -1,4 +1,4 @@
-"""The Python client against a real server process (daphne on the test database), and an
+"""The Python client against a real server process (the web server on the test database), and an
 external agent on the offline demo model keeping its history in the hub through
 ``RemoteGovernor`` while a browser watches its session."""
 
@@ -27,7 +27,7 @@ ALL = ["read", "write", "govern"]
 
 @pytest.fixture(scope="module")
 def server(django_db_setup: None) -> Iterator[str]:
-    with asgi_server(ARTIFACTS / "logs" / "daphne-api.log") as url:
+    with asgi_server(ARTIFACTS / "logs" / "web-api.log") as url:
         yield url
 
 

@@ -43,5 +43,5 @@ def _orm_beside_playwright() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def live_url(django_db_setup: None) -> Iterator[str]:
     required_env("REDIS_URL")
-    with asgi_server(ARTIFACTS / "logs" / "daphne-browser.log") as url:
+    with asgi_server(ARTIFACTS / "logs" / "web-browser.log") as url:
         yield url

@@ -1,5 +1,5 @@
-"""The chat in Chromium on the full stack: daphne with the Redis channel layer (and a Celery
-worker for /compact), the offline demo model paced so a turn can be watched and stopped."""
+"""The chat in Chromium on the full stack: the web server with the Redis channel layer (and a
+Celery worker for /compact), the offline demo model paced so a turn can be watched and stopped."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ STOP_DURING_A_TOOL = """() => {
 @pytest.fixture(scope="module")
 def chat_url(django_db_setup: None) -> Iterator[str]:
     required_env("REDIS_URL")
-    log = ARTIFACTS / "logs" / "daphne-chat.log"
+    log = ARTIFACTS / "logs" / "web-chat.log"
     with asgi_server(log, env={"CTXHUB_DEMO_PACE_MS": PACE_MS}) as url:
         yield url
 

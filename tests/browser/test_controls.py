@@ -1,5 +1,5 @@
-"""The x-ray's controls in Chromium, on the full stack: daphne with the Redis channel layer and
-a Celery worker running the compaction jobs."""
+"""The x-ray's controls in Chromium, on the full stack: the web server with the Redis channel
+layer and a Celery worker running the compaction jobs."""
 
 from __future__ import annotations
 

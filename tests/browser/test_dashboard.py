@@ -104,7 +104,7 @@ def test_a_page_catches_up_on_what_it_missed_while_the_server_restarted(
         "() => { window.socketOpens = (window.socketOpens || 0) + 1 })"
     )
     port = free_port()
-    log = ARTIFACTS / "logs" / "daphne-restart.log"
+    log = ARTIFACTS / "logs" / "web-restart.log"
 
     with asgi_server(log, port) as url:
         page.goto(f"{url}/login/?next=/sessions/{session.pk}/")

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(scope="module")
 def server(django_db_setup: None) -> Iterator[str]:
     required_env("REDIS_URL")
-    with asgi_server(ARTIFACTS / "logs" / "daphne-socket.log") as url:
+    with asgi_server(ARTIFACTS / "logs" / "web-socket.log") as url:
         yield url
 
 

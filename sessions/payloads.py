@@ -66,7 +66,12 @@ def _field_errors(exc: ValidationError) -> list[FieldError]:
 
 
 def parse_payload(data: Any) -> ModelMessage:
-    """Validate one message given as JSON text, bytes or already-decoded JSON data."""
+    """Validate one message given as JSON text, bytes or already-decoded JSON data. A string
+    that is not Unicode text, which no answer could carry back (``bad_text``), is refused with
+    the rest."""
+    bad = None if isinstance(data, str | bytes) else bad_text(data, storing=False)
+    if bad is not None:
+        raise InvalidPayload([FieldError(*bad)])
     try:
         if isinstance(data, str | bytes):
             messages = ModelMessagesTypeAdapter.validate_json(b"[" + _as_bytes(data) + b"]")
@@ -88,21 +93,29 @@ def message_to_payload(message: ModelMessage) -> dict[str, Any]:
 
 
 def storable_payload(message: ModelMessage) -> dict[str, Any]:
-    """``message_to_payload``, refusing what a database cannot keep as it is: PostgreSQL's
-    JSON has no NUL character, and storing a message altered would lose what was sent."""
+    """``message_to_payload``, refusing what a database cannot keep as it is (``bad_text``):
+    storing a message altered would lose what was sent."""
     payload = message_to_payload(message)
-    nul = nul_path(payload)
-    if nul is not None:
-        raise InvalidPayload(
-            [FieldError(nul, "contains a NUL character (\\u0000), which cannot be stored")]
-        )
+    bad = bad_text(payload)
+    if bad is not None:
+        raise InvalidPayload([FieldError(*bad)])
     return payload
 
 
-def nul_path(data: Any, path: str = "") -> str | None:
-    """The path of the first string holding a NUL character, if any."""
+# What no string of a message, a title or a policy may hold: PostgreSQL's text and JSON have no
+# NUL character, and a lone surrogate (a JSON "\ud800" escape without its pair) is not Unicode
+# text: it can be neither stored nor written back as JSON.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_NOT_TEXT = re.compile("[\ud800-\udfff]")
+
+
+def bad_text(data: Any, path: str = "", *, storing: bool = True) -> tuple[str, str] | None:
+    """The path of the first string (or key) holding such a character, and what is wrong; NUL
+    characters only when ``storing``."""
+    pattern = _UNSTORABLE if storing else _NOT_TEXT
     if isinstance(data, str):
-        return path if "\x00" in data else None
+        found = pattern.search(data)
+        return None if found is None else (path, _problem(found.group()))
     items = (
         data.items()
         if isinstance(data, dict)
@@ -111,12 +124,19 @@ def nul_path(data: Any, path: str = "") -> str | None:
         else ()
     )
     for key, value in items:
-        if isinstance(key, str) and "\x00" in key:
-            return f"{path}.{key}".lstrip(".")
-        found = nul_path(value, f"{path}.{key}".lstrip("."))
-        if found is not None:
-            return found
+        here = f"{path}.{key}".lstrip(".")
+        if isinstance(key, str) and (found := pattern.search(key)):
+            return here, _problem(found.group())
+        inner = bad_text(value, here, storing=storing)
+        if inner is not None:
+            return inner
     return None
+
+
+def _problem(character: str) -> str:
+    if character == "\x00":
+        return "contains a NUL character (\\u0000), which cannot be stored"
+    return f"contains a lone surrogate (\\u{ord(character):04x}), which is not Unicode text"
 
 
 def message_from_payload(payload: dict[str, Any]) -> ModelMessage:

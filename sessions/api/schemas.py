@@ -9,20 +9,21 @@ from uuid import UUID
 from ninja import Field, Schema
 from pydantic import field_validator
 
-from ..payloads import nul_path
+from ..payloads import bad_text
 
 
 class _Storable(Schema):
-    """A request body whose strings are stored: PostgreSQL keeps no NUL character, so one is
-    refused (a 422 naming the field) rather than failing the write."""
+    """A request body whose strings are stored: one PostgreSQL cannot keep (a NUL character, a
+    lone surrogate) is refused, a 422 naming the field, rather than failing the write."""
 
     @field_validator("*")
     @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        path = nul_path(value)
-        if path is not None:
+    def _storable_text(cls, value: Any) -> Any:
+        bad = bad_text(value)
+        if bad is not None:
+            path, problem = bad
             where = f" (at {path})" if path else ""
-            raise ValueError(f"contains a NUL character (\\u0000){where}, which cannot be stored")
+            raise ValueError(f"{problem}{where}")
         return value
 
 

@@ -221,6 +221,40 @@ def test_an_append_is_idempotent_with_its_key(api: Api, session: AgentSession) -
     assert api.call("post", path, body).json()["first_seq"] == 2
 
 
+LONE_SURROGATE = "a\ud800b"  # a JSON "\ud800" escape without its pair
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (
+            {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": LONE_SURROGATE}]},
+            "messages[1].parts[0].content",
+        ),
+        (
+            {"kind": "response", "parts": [
+                {"part_kind": "tool-call", "tool_name": "grep", "tool_call_id": "c1",
+                 "args": {"pattern": LONE_SURROGATE}}]},
+            "messages[1].parts[0].args.pattern",
+        ),
+    ],
+)  # fmt: skip
+def test_text_that_is_not_unicode_is_refused_naming_its_field(
+    api: Api, session: AgentSession, message: dict[str, Any], field: str
+) -> None:
+    messages = [*as_json([user("hello")]), message]
+    appended = api.call("post", f"/sessions/{session.pk}/messages", {"messages": messages})
+    assert appended.status_code == 422
+    assert error(appended)["field"] == field
+    assert not Message.objects.exists()
+    governed = api.call("post", "/govern", {"messages": messages, "model": "openai:gpt-4o"})
+    assert governed.status_code == 422
+    assert error(governed)["field"] == field
+    titled = api.call("patch", f"/sessions/{session.pk}", {"title": LONE_SURROGATE})
+    assert titled.status_code == 422
+    assert error(titled)["field"] == "title"
+
+
 def test_expected_seq_guards_against_a_concurrent_append(api: Api, session: AgentSession) -> None:
     path = f"/sessions/{session.pk}/messages"
     assert (

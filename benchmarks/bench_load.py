@@ -417,7 +417,6 @@ async def fan_out(
     for task in watchers:
         task.cancel()
     await asyncio.gather(*watchers, return_exceptions=True)
-    deaf = sum(not seen for watchers_of in by_session.values() for seen in watchers_of)
     delays, missing = [], 0
     for session, seq, started in sent:
         seen = [w.get(seq) for w in by_session[session]]
@@ -430,7 +429,6 @@ async def fan_out(
         "appends": len(sent),
         "to_every_watcher_ms": percentiles(delays),
         "missed_deliveries": missing,
-        "watchers_that_heard_nothing": deaf,
     }
 
 

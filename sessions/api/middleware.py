@@ -30,13 +30,14 @@ class JsonApiErrors:
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         if self.is_async:
             return self._acall(request)
-        return as_json(request, self.get_response(request))
+        return _as_api_error(request, self.get_response(request))
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
-        return as_json(request, await self.get_response(request))
+        return _as_api_error(request, await self.get_response(request))
 
 
-def as_json(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+def _as_api_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """An error under ``/api/`` in the API's JSON shape; anything else as it is."""
     if (
         request.path.startswith("/api/")
         and response.status_code >= 400

@@ -15,7 +15,7 @@ export CTXHUB_CHROMIUM=${CTXHUB_CHROMIUM:-$(find_bin chromium)}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ctxhub-test.XXXXXX")
 chmod 755 "$work"  # the PostgreSQL cluster below it belongs to another user when run as root
-trap 'kill $(jobs -p) 2>/dev/null; stop_services "$work/services"; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; stop_services "$work/services"; rm -rf "$work"' EXIT
 start_services "$work/services"
 
 # Lint, types and the smoke run go beside the main run, which spends much of its time waiting

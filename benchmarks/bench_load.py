@@ -134,11 +134,12 @@ def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
 
 
 @contextlib.contextmanager
-def web(env: dict[str, str], processes: int) -> Iterator[str]:
+def web(env: dict[str, str], processes: int) -> Iterator[tuple[str, int]]:
+    """The web server's URL and process group."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = ["bash", "scripts/web.sh", f"127.0.0.1:{port}"]
-    with process(args, {**env, "WEB_CONCURRENCY": str(processes)}, LOGS / "web.log"):
+    with process(args, {**env, "WEB_CONCURRENCY": str(processes)}, LOGS / "web.log") as server:
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -151,7 +152,34 @@ def web(env: dict[str, str], processes: int) -> Iterator[str]:
                 time.sleep(0.2)
         # Every process booted, not just the first (each answers on its own).
         time.sleep(2 * processes)
-        yield url
+        yield url, server.pid
+
+
+def cpu_seconds(groups: dict[str, int]) -> Counter[str]:
+    """CPU time (user + system) used so far by each part of the stack on this machine: the
+    process groups given (web, worker), PostgreSQL's and Redis's processes, and this client.
+    Read from /proc, so Linux only; elsewhere the table's CPU columns stay empty."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    used: Counter[str] = Counter()
+    by_group = {pgid: role for role, pgid in groups.items()}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(stat.parent.name)
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :]
+        fields = rest.split()
+        group, cpu = int(fields[2]), (int(fields[11]) + int(fields[12])) / ticks
+        if pid == os.getpid():
+            used["client"] += cpu
+        elif group in by_group:
+            used[by_group[group]] += cpu
+        elif name == "postgres":
+            used["postgres"] += cpu
+        elif name.startswith("redis-server"):
+            used["redis"] += cpu
+    return used
 
 
 def setup_django(env: dict[str, str]) -> None:
@@ -223,6 +251,7 @@ class Stats:
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     statuses: Counter[tuple[str, str]] = field(default_factory=Counter)
     without_retry_after: int = 0
+    cpu: Counter[str] = field(default_factory=Counter)  # seconds per part of the stack
 
     def record(self, op: str, status: str, seconds: float) -> None:
         self.statuses[(op, status)] += 1
@@ -293,15 +322,20 @@ def client_for(url: str, concurrency: int) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=url, limits=limits, timeout=120)
 
 
-async def load(url: str, agents: list[Agent], seconds: float, healthz_seconds: float) -> Stats:
+async def load(
+    url: str, agents: list[Agent], seconds: float, healthz_seconds: float, groups: dict[str, int]
+) -> Stats:
     stats = Stats()
     async with client_for(url, len(agents)) as client:
         until = time.monotonic() + healthz_seconds
         await asyncio.gather(*(run_healthz(client, stats, until) for _ in agents))
+        before = cpu_seconds(groups)
         started = time.monotonic()
         until = started + seconds
         await asyncio.gather(*(run_agent(client, a, stats, until) for a in agents))
         stats.latencies["_elapsed"] = [time.monotonic() - started]
+        stats.cpu = cpu_seconds(groups)
+        stats.cpu.subtract(before)
     return stats
 
 
@@ -349,6 +383,9 @@ def summary(stats: Stats, agents: list[Agent], healthz_seconds: float) -> dict[s
     }
     return {
         "ops_per_second": done / elapsed,
+        # What one append or context costs the machine, part by part: unlike throughput and
+        # latency, this hardly depends on what else the machine was doing.
+        "cpu_ms_per_op": {part: 1000 * s / max(done, 1) for part, s in sorted(stats.cpu.items())},
         "healthz_per_second": len(stats.latencies["healthz"]) / healthz_seconds,
         "turns": sum(a.turns for a in agents),
         **{op: percentiles(stats.latencies[op]) for op in ("append", "context", "healthz")},
@@ -447,8 +484,9 @@ def login_cookie() -> str:
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| web | C | append+context/s | append p50/p95/p99 ms | context p50/p95/p99 ms "
-        "| healthz p95 ms | healthz/s | 5xx | other non-2xx | lost/dup/out of order |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| healthz p95 ms | healthz/s | 5xx | other non-2xx | lost/dup/out of order "
+        "| CPU ms per op: web/worker/postgres/redis/client |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
 
@@ -456,10 +494,12 @@ def table(results: list[dict[str, Any]]) -> str:
             return "/".join(f"{r[op][p]:.0f}" for p in ("p50", "p95", "p99"))
 
         others = sum(c for k, c in r["errors"].items() if not k.split()[1].startswith("5"))
+        parts = ("web", "worker", "postgres", "redis", "client")
+        cpu = "/".join(f"{r['cpu_ms_per_op'].get(part, 0):.1f}" for part in parts)
         lines.append(
             f"| {r['web']} | {r['agents']} | {r['ops_per_second']:.0f} | {trio('append')} "
             f"| {trio('context')} | {r['healthz']['p95']:.0f} | {r['healthz_per_second']:.0f} "
-            f"| {r['server_errors']} | {others} | {len(r['problems'])} |"
+            f"| {r['server_errors']} | {others} | {len(r['problems'])} | {cpu} |"
         )
     return "\n".join(lines)
 
@@ -505,14 +545,15 @@ def main() -> None:
                 "--without-heartbeat",
                 "--loglevel=WARNING",
             ]
-            with process(worker, env, LOGS / "worker.log"):
+            with process(worker, env, LOGS / "worker.log") as celery:
                 for processes in webs:
-                    with web(env, processes) as url:
+                    with web(env, processes) as (url, web_group):
                         asyncio.run(warm_up(url, make_agents(8 * processes, f"warm{processes}")))
+                        groups = {"web": web_group, "worker": celery.pid}
                         for count in counts:
                             agents = make_agents(count, f"w{processes}c{count}")
                             stats = asyncio.run(
-                                load(url, agents, args.seconds, args.healthz_seconds)
+                                load(url, agents, args.seconds, args.healthz_seconds, groups)
                             )
                             result = {
                                 "web": processes,

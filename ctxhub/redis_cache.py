@@ -2,8 +2,9 @@
 
 Django makes a cache object per request context (a thread, or an ASGI request's task), and its
 Redis backend a connection pool per object: under ASGI every request opened a new connection to
-Redis, with its handshake, for the per-key rate count alone. The client and its pool are
-thread-safe and notice a fork, so one per process serves every request.
+Redis, with its handshake, for the per-key rate count alone. It also builds a new redis-py
+client object for every command. The clients and their pools are thread-safe and notice a
+fork, so one per process and server serves every request.
 """
 
 from __future__ import annotations
@@ -18,6 +19,21 @@ _clients: dict[tuple[str, ...], RedisCacheClient] = {}
 _lock = threading.Lock()
 
 
+class _ReusingClient(RedisCacheClient):
+    """Django's client, keeping one redis-py client per connection pool."""
+
+    def __init__(self, servers: list[str], **options: Any) -> None:
+        super().__init__(servers, **options)
+        self._redis_clients: dict[int, Any] = {}
+
+    def get_client(self, key: Any = None, *, write: bool = False) -> Any:
+        pool = self._get_connection_pool(write)
+        client = self._redis_clients.get(id(pool))
+        if client is None:
+            client = self._redis_clients.setdefault(id(pool), self._client(connection_pool=pool))
+        return client
+
+
 class SharedRedisCache(RedisCache):
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         super().__init__(server, params)
@@ -29,5 +45,5 @@ class SharedRedisCache(RedisCache):
         key = (*self._servers_given, repr(sorted(self._options_given.items())))
         with _lock:
             if key not in _clients:
-                _clients[key] = RedisCacheClient(self._servers_given, **self._options_given)
+                _clients[key] = _ReusingClient(self._servers_given, **self._options_given)
             return _clients[key]

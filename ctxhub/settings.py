@@ -166,6 +166,9 @@ else:
 # https://docs.celeryq.dev/en/stable/django/first-steps-with-django.html
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
+# One result backend (and its Redis pool) per process: by default Celery makes one per thread,
+# and a web process runs each request in a new thread.
+CELERY_RESULT_BACKEND_THREAD_SAFE = True
 # Without a broker, jobs run in the web process as they are enqueued.
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True

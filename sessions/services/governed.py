@@ -105,9 +105,10 @@ def governed_context(session: AgentSession, *, policy: Policy | None = None) -> 
     """
     wait_for_warm_up(session)
     pins = pinned_seqs(session)
-    key = None if policy is not None else snapshots.key(session, pins)
     warm = is_remembered(session)
-    if key is not None and not warm:
+    # Snapshots are for a process that holds nothing of the session, under its own policy.
+    key = None if warm or policy is not None else snapshots.key(session, pins)
+    if key is not None:
         found = snapshots.read(session, key)
         if found is not None:
             messages, report, seqs = found
@@ -119,7 +120,7 @@ def governed_context(session: AgentSession, *, policy: Policy | None = None) -> 
         _store_evicted(session, history, governed)
     seqs = [source.seq for source in history.sources]
     context = GovernedContext(session, governed.messages, seqs, pins, governed=governed)
-    if key is not None and not warm:
+    if key is not None:
         snapshots.write(session, key, context)
     return context
 

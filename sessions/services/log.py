@@ -245,9 +245,11 @@ def sessions_for(user: Any) -> list[SessionSummary]:
     ]
 
 
-SNAPSHOT_DELAY_SECONDS = 1.0
-"""How long a worker waits after an append before refreshing the session's snapshot: the
-appends of that second are settled by one run."""
+SNAPSHOT_QUIET_SECONDS = 5.0
+"""A session's snapshot is refreshed once no message has come for this long. A snapshot serves
+a process that comes to the session later (a page opened, an agent resuming); while the session
+is busy the processes serving it carry their own state over, and a snapshot refreshed between
+two appends would be stale before anyone read it."""
 
 
 def settle_later(session: AgentSession, *, auto_compact: bool = True) -> None:
@@ -257,8 +259,9 @@ def settle_later(session: AgentSession, *, auto_compact: bool = True) -> None:
     Neither is needed for the append's answer, and together they cost more than the append
     itself, so with a worker they run there, at most one pending run per session (and kind):
     the appends that come while one waits are settled by it. A compaction check runs at once,
-    a snapshot refresh after a second. Without a worker (jobs run in-process) only the
-    compaction check runs, here. A failure never turns the committed append into an error.
+    a snapshot refresh once the session is quiet (``SNAPSHOT_QUIET_SECONDS``). Without a
+    worker (jobs run in-process) only the compaction check runs, here. A failure never turns
+    the committed append into an error.
     """
     from ctxhub.celery import app
     from sessions.tasks import settle_session
@@ -269,7 +272,7 @@ def settle_later(session: AgentSession, *, auto_compact: bool = True) -> None:
             if auto_compact:
                 compact_if_due(session)
         elif cache.add(key := settle_key(pk, auto_compact), 1, timeout=60):
-            delay = 0 if auto_compact else SNAPSHOT_DELAY_SECONDS
+            delay = 0 if auto_compact else SNAPSHOT_QUIET_SECONDS
             try:
                 settle_session.apply_async(args=(pk, auto_compact), countdown=delay)
             except Exception:
@@ -286,8 +289,17 @@ def settle_key(session_id: str, auto_compact: bool) -> str:
 
 def settle(session_id: str, auto_compact: bool) -> None:
     """A worker's settle run (``settle_later``): what the session is now, not at the append."""
+    from sessions.tasks import settle_session
+
+    key = settle_key(session_id, auto_compact)
+    if not auto_compact and (busy := _seconds_to_quiet(session_id)) > 0:
+        # Still pending: the appends meanwhile keep joining this run, which looks again later.
+        cache.touch(key, timeout=60)
+        countdown = min(busy, SNAPSHOT_QUIET_SECONDS)  # bounded whatever the clocks say
+        settle_session.apply_async(args=(session_id, auto_compact), countdown=countdown)
+        return
     # First: an append from here on asks for another run rather than joining this one.
-    cache.delete(settle_key(session_id, auto_compact))
+    cache.delete(key)
     session = AgentSession.objects.filter(pk=session_id).first()
     if session is None:
         return
@@ -295,6 +307,19 @@ def settle(session_id: str, auto_compact: bool) -> None:
         compact_if_due(session)
     pins = pinned_seqs(session)
     snapshots.write(session, snapshots.key(session, pins), governed_context(session))
+
+
+def _seconds_to_quiet(session_id: str) -> float:
+    """How long until the session has had no new message for ``SNAPSHOT_QUIET_SECONDS``."""
+    newest = (
+        Message.objects.filter(session_id=session_id)
+        .order_by("-seq")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    if newest is None:
+        return 0.0
+    return SNAPSHOT_QUIET_SECONDS - (timezone.now() - newest).total_seconds()
 
 
 def refresh_snapshot_later(session: AgentSession) -> None:

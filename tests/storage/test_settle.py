@@ -9,7 +9,9 @@ import pytest
 
 from ctxhub.celery import app as celery_app
 from sessions import services, tasks
-from sessions.services.log import settle
+from sessions.models import GovernedSnapshot
+from sessions.services import log
+from sessions.services.log import SNAPSHOT_QUIET_SECONDS, settle
 from tests.conftest import required_env
 from tests.factories import make_session, user
 
@@ -30,24 +32,33 @@ def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 
 def test_appends_while_a_run_is_pending_are_settled_by_it(
-    queued: list[tuple[Any, ...]], alice: Any
+    queued: list[tuple[Any, ...]], alice: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = make_session(alice)
     for n in range(3):
         services.append_message(session, user(f"step {n}"))
-    # Far below the soft threshold: a snapshot refresh only, a second later.
-    assert queued == [(str(session.pk), False, 1.0)]
+    # Far below the soft threshold: a snapshot refresh only, once the session is quiet.
+    assert queued == [(str(session.pk), False, SNAPSHOT_QUIET_SECONDS)]
 
+    monkeypatch.setattr(log, "SNAPSHOT_QUIET_SECONDS", 0.0)  # the session has been quiet
     settle(str(session.pk), False)  # the worker's run: the next append asks for another
+    assert GovernedSnapshot.objects.filter(session=session).exists()
     services.append_message(session, user("step 3"))
     assert len(queued) == 2
     assert session.messages.count() == 4
 
 
-def test_a_session_past_its_soft_threshold_is_checked_at_once(
+def test_a_busy_session_is_looked_at_again_later_not_governed(
     queued: list[tuple[Any, ...]], alice: Any
 ) -> None:
-    session = make_session(alice, context_window=8_000)
-    threshold = services.soft_threshold(session)
-    services.append_message(session, user("word " * (threshold + 100)))
-    assert (str(session.pk), True, 0) in queued
+    session = make_session(alice)
+    services.append_message(session, user("step 0"))
+    settle(str(session.pk), False)  # a message came a moment ago: the session is busy
+
+    assert not GovernedSnapshot.objects.filter(session=session).exists()
+    (_, _, _), (pk, auto_compact, again) = queued
+    assert (pk, auto_compact) == (str(session.pk), False)
+    assert 0 < again <= SNAPSHOT_QUIET_SECONDS
+    # Still pending: appends meanwhile join that run rather than queue another.
+    services.append_message(session, user("step 1"))
+    assert len(queued) == 2

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import django
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.base import BaseHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
 # Django must be set up before anything that imports models.
@@ -15,7 +18,16 @@ django.setup(set_prefix=False)
 
 
 class FinishingASGIHandler(ASGIHandler):
-    """Django's handler, except that a client going away does not cancel its request.
+    """Django's handler, except that a request runs its middleware and view in one go, on a
+    thread kept from earlier requests, and that a client going away does not cancel it.
+
+    Every view here is synchronous (the ORM), as is most of Django's middleware. Django's
+    handler keeps the middleware chain asynchronous and hops to a thread and back for each
+    middleware's request and response hook, then for the view: a dozen hops per request, each
+    a wake-up of the thread and a hand-over of the interpreter lock. Here the whole chain is
+    synchronous and the request hops once. Django also starts a new thread for every request
+    (so everything a thread keeps, a client or a connection object, was made anew each time);
+    here a request borrows one of the threads that earlier requests ran on.
 
     Cancelling stops waiting for the thread that runs the view, not the thread: whatever
     database connection that thread then takes is never handed back to the pool, and after a
@@ -23,6 +35,25 @@ class FinishingASGIHandler(ASGIHandler):
     waits for a connection that will not come. Finished, the request hands its connection
     back as any other; its answer goes nowhere. No view here streams or long-polls.
     """
+
+    def __init__(self) -> None:
+        BaseHandler.__init__(self)
+        self.load_middleware(is_async=False)
+        self._idle_threads: list[ThreadPoolExecutor] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django serves HTTP here, not {scope['type']}")
+        # One thread per request at a time, as Django's own context gives, but a kept one.
+        thread = self._idle_threads.pop() if self._idle_threads else ThreadPoolExecutor(1)
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                await self.handle(scope, receive, send)
+        finally:
+            self._idle_threads.append(thread)
+
+    async def get_response_async(self, request: Any) -> Any:
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
 
     async def listen_for_disconnect(self, receive: Any) -> None:
         await asyncio.Event().wait()  # cancelled once the response is sent

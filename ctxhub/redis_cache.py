@@ -27,10 +27,12 @@ class _ReusingClient(RedisCacheClient):
         self._redis_clients: dict[int, Any] = {}
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        pool = self._get_connection_pool(write)
+        # Django's own members, which its type stubs leave out.
+        pool = self._get_connection_pool(write)  # type: ignore[attr-defined]
         client = self._redis_clients.get(id(pool))
         if client is None:
-            client = self._redis_clients.setdefault(id(pool), self._client(connection_pool=pool))
+            made = self._client(connection_pool=pool)  # type: ignore[attr-defined]
+            client = self._redis_clients.setdefault(id(pool), made)
         return client
 
 
@@ -47,3 +49,13 @@ class SharedRedisCache(RedisCache):
             if key not in _clients:
                 _clients[key] = _ReusingClient(self._servers_given, **self._options_given)
             return _clients[key]
+
+    def count(self, key: str, timeout: int) -> int:
+        """Add one to the counter under ``key`` (started at zero, expiring after ``timeout``
+        seconds, when missing) and return it: one round trip, where ``add`` then ``incr``
+        take three."""
+        key = self.make_and_validate_key(key)
+        pipe = self._cache.get_client(key, write=True).pipeline(transaction=False)
+        pipe.set(key, 0, ex=timeout, nx=True)
+        pipe.incr(key)
+        return int(pipe.execute()[1])

@@ -53,8 +53,11 @@ def authenticate(text: str) -> ApiKey | None:
     parts = text.strip().split("_", 2)
     if len(parts) != 3 or parts[0] != PREFIX:
         return None
-    key = ApiKey.objects.select_related("owner").filter(prefix=parts[1]).first()
-    if key is None or not hmac.compare_digest(key.digest, _digest(parts[2])):
+    try:
+        key = ApiKey.objects.select_related("owner").get(prefix=parts[1])
+    except ApiKey.DoesNotExist:
+        return None
+    if not hmac.compare_digest(key.digest, _digest(parts[2])):
         return None
     now = timezone.now()
     if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):

@@ -162,10 +162,10 @@ def _need(request: HttpRequest, scope: str) -> ApiKey:
 def _session(request: HttpRequest, session_id: UUID, scope: str) -> AgentSession:
     """The key owner's session; another's is a 404, whatever the key's scopes."""
     key = _need(request, scope)
-    session = AgentSession.objects.filter(pk=session_id, owner=key.owner).first()
-    if session is None:
-        raise ApiError(404, "not_found", f"no session {session_id}")
-    return session
+    try:
+        return AgentSession.objects.get(pk=session_id, owner=key.owner)
+    except AgentSession.DoesNotExist:
+        raise ApiError(404, "not_found", f"no session {session_id}") from None
 
 
 def _policy(overrides: dict[str, Any], field: str = "policy") -> Policy:
@@ -297,8 +297,9 @@ def _idempotent(
     fingerprint = _fingerprint(request)
 
     def stored() -> tuple[int, dict[str, Any]] | None:
-        found = IdempotentRequest.objects.filter(api_key=api_key, key=key).first()
-        if found is None:
+        try:
+            found = IdempotentRequest.objects.get(api_key=api_key, key=key)
+        except IdempotentRequest.DoesNotExist:
             return None
         if found.fingerprint != fingerprint:
             raise ApiError(

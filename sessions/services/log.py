@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from django.core.cache import cache
 from django.db import transaction
@@ -122,7 +123,7 @@ def _appended(session: AgentSession, rows: list[Message], *, auto_compact: bool)
     """Once committed: push the messages live and settle the session; the append is stored,
     so nothing here may turn it into an error."""
     try:
-        totals = token_totals(session)
+        totals = token_totals(session, newest=rows[-1])
         live.messages_appended(session, rows, totals)
         # The whole log is an upper bound of what the model sees: below the soft threshold,
         # no compaction can be due, and the check costs nothing more.
@@ -173,20 +174,25 @@ class TokenTotals:
         return 100.0 * self.tokens / self.window if self.window else 0.0
 
 
-def token_totals(session: AgentSession) -> TokenTotals:
+def token_totals(session: AgentSession, *, newest: Message | None = None) -> TokenTotals:
     """The size of the whole log against the session's window, from the cached counts (and
-    the encoding they were made with, as stored: no encoding is loaded for it)."""
+    the encoding they were made with, as stored: no encoding is loaded for it). ``newest``:
+    the session's newest message, when the caller holds it."""
     agg = session.messages.aggregate(tokens=Sum("tokens"), messages=Max("seq"))
-    newest = session.messages.order_by("-seq").values_list("encoding", "tokens_exact").first()
-    if newest is None:
-        tokenizer = session_tokenizer(session)
-        newest = (tokenizer.encoding_name, tokenizer.exact)
+    if newest is not None:
+        counted_with = (newest.encoding, newest.tokens_exact)
+    else:
+        found = session.messages.order_by("-seq").values_list("encoding", "tokens_exact").first()
+        if found is None:
+            tokenizer = session_tokenizer(session)
+            found = (tokenizer.encoding_name, tokenizer.exact)
+        counted_with = found
     return TokenTotals(
         messages=0 if agg["messages"] is None else agg["messages"] + 1,
         tokens=agg["tokens"] or 0,
         window=session_window(session),
-        encoding=newest[0],
-        exact=newest[1],
+        encoding=counted_with[0],
+        exact=counted_with[1],
     )
 
 
@@ -312,7 +318,7 @@ def settle(session_id: str, auto_compact: bool) -> None:
 def _seconds_to_quiet(session_id: str) -> float:
     """How long until the session has had no new message for ``SNAPSHOT_QUIET_SECONDS``."""
     newest = (
-        Message.objects.filter(session_id=session_id)
+        Message.objects.filter(session_id=UUID(session_id))
         .order_by("-seq")
         .values_list("created_at", flat=True)
         .first()

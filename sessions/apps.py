@@ -9,3 +9,6 @@ class AgentSessionsConfig(AppConfig):
     label = "agent_sessions"
     verbose_name = "Agent sessions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from sessions import checks  # noqa: F401  (registers the system checks)

@@ -21,6 +21,7 @@ from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession
 from sessions.policy_form import PolicyErrors, group_errors, knobs, overrides_from_form
 from sessions.services import Conflict, NotFound, ServiceError
+from sessions.services.governed import base_window
 from sessions.xray import compare
 
 # What a person types to confirm a clear.
@@ -178,7 +179,7 @@ def _edited(
     """The submitted overrides; or a 422 with each refused knob's reason: the form again
     (saving), or just the reasons, so a live preview never replaces what is being typed."""
     try:
-        return overrides_from_form(request.POST.dict())
+        return overrides_from_form(request.POST.dict(), window=base_window(session))
     except PolicyErrors as error:
         if not whole_form:
             return render(

@@ -17,6 +17,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ValidationError
 
 from ctxhub.governance import Policy
+from sessions.services.governed import no_room
 
 Kind = Literal["bool", "int", "float", "text", "choice", "json"]
 
@@ -151,9 +152,10 @@ class PolicyErrors(Exception):
         self.submitted = submitted
 
 
-def overrides_from_form(data: dict[str, str]) -> dict[str, Any]:
+def overrides_from_form(data: dict[str, str], *, window: int | None = None) -> dict[str, Any]:
     """The knobs of a submitted form that differ from the defaults, as a nested dict; raises
-    ``PolicyErrors`` naming each knob the engine refuses."""
+    ``PolicyErrors`` naming each knob the engine refuses, and the reserve when it leaves the
+    history no room in ``window`` (the session's)."""
     errors: dict[str, str] = {}
     submitted: dict[str, Any] = {}
     for knob in knobs():
@@ -172,6 +174,9 @@ def overrides_from_form(data: dict[str, str]) -> dict[str, Any]:
         policy = Policy.model_validate(submitted)
     except ValidationError as error:
         raise PolicyErrors(_errors(error), submitted) from None
+    reason = no_room(policy, window) if window is not None else None
+    if reason is not None:
+        raise PolicyErrors({"reserved_output_tokens": reason}, submitted)
     return _diff(policy.model_dump(mode="json"), Policy().model_dump(mode="json"))
 
 

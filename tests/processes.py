@@ -168,3 +168,47 @@ def celery_worker(
         args += ["--beat", f"--schedule={log.with_suffix('.beat')}"]
     with running(args, log, ready, timeout=60, env=env) as proc:
         yield proc
+
+
+class OwnRedis:
+    """A Redis server of a test's own, so stopping it disturbs no other test; ``options`` are
+    redis-server's (e.g. ``["--maxmemory-policy", "allkeys-lru"]``)."""
+
+    def __init__(self, directory: Path, options: list[str] | None = None) -> None:
+        self.dir = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.options = options or []
+
+    def start(self) -> None:
+        subprocess.run(
+            [
+                "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--daemonize", "yes", "--save", "", "--appendonly", "no",
+                "--dir", str(self.dir), "--pidfile", str(self.dir / "redis.pid"),
+                "--logfile", str(self.dir / "redis.log"), *self.options,
+            ],
+            check=True,
+        )  # fmt: skip
+        self._until(self.up, "redis to start")
+
+    def up(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(self.url).ping())
+        except redis.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        pid = int((self.dir / "redis.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        self._until(lambda: not self.up(), "redis to stop")
+
+    @staticmethod
+    def _until(condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 10
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited 10 s for {what}")
+            time.sleep(0.05)

@@ -244,6 +244,13 @@ class Policy(_Model):
             budget = min(budget, self.history_cap_tokens)
         return max(budget, 0)
 
+    def least_window(self) -> int:
+        """The smallest context window that leaves the history any room under this policy."""
+        window = max(1, int((self.reserved_output_tokens + 1) / (1 - self.safety_margin)) - 2)
+        while window - self.reserved_output_tokens - int(window * self.safety_margin) <= 0:
+            window += 1
+        return window
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.history_cap_tokens is not None and self.history_cap_tokens < 0:
@@ -253,6 +260,7 @@ class Policy(_Model):
             if self.reserved_output_tokens + margin >= self.context_window:
                 raise ValueError(
                     "reserved_output_tokens plus the safety margin leave no room for history "
-                    f"in a context_window of {self.context_window}"
+                    f"in a context_window of {self.context_window}; the least window for "
+                    f"them is {self.least_window()}"
                 )
         return self

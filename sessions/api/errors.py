@@ -68,7 +68,8 @@ def field_path(loc: list[Any] | tuple[Any, ...]) -> str:
             path += f"[{segment}]"
         else:
             path += f".{segment}" if path else str(segment)
-    return path
+    # Nothing below the body: the body itself is at fault (not a JSON object, say).
+    return path or ("body" if "body" in loc else "")
 
 
 def dotted_to_path(prefix: str, dotted: str) -> str:

@@ -8,9 +8,10 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
-from sessions.models import ApiKey
+from sessions.models import ApiKey, AuditEvent
 from sessions.services import Invalid
 
 SCOPES = ("read", "write", "govern")
@@ -22,9 +23,16 @@ def _digest(secret: str) -> str:
 
 
 def create_key(
-    owner: Any, *, name: str, scopes: list[str], expires_days: int | None = None
+    owner: Any,
+    *,
+    name: str,
+    scopes: list[str],
+    expires_days: int | None = None,
+    actor: Any = None,
+    via: str = "dashboard",
 ) -> tuple[ApiKey, str]:
-    """A new key and its text, which is never stored and cannot be shown again."""
+    """A new key and its text, which is never stored and cannot be shown again. The audit log
+    keeps who made it (``actor``; None from the command line) and ``via`` what."""
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown or not scopes:
         raise Invalid(
@@ -37,14 +45,16 @@ def create_key(
     name = name.strip()[:100] or "API key"
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
-    key = ApiKey.objects.create(
-        owner=owner,
-        name=name,
-        prefix=prefix,
-        digest=_digest(secret),
-        scopes=[scope for scope in SCOPES if scope in scopes],
-        expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
-    )
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            owner=owner,
+            name=name,
+            prefix=prefix,
+            digest=_digest(secret),
+            scopes=[scope for scope in SCOPES if scope in scopes],
+            expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
+        )
+        _audit(key, actor, "api_key_created", via=via)
     return key, f"{PREFIX}_{prefix}_{secret}"
 
 
@@ -70,7 +80,25 @@ def authenticate(text: str) -> ApiKey | None:
     return key
 
 
-def revoke(key: ApiKey) -> None:
+def revoke(key: ApiKey, *, actor: Any = None, via: str = "dashboard") -> None:
     if key.revoked_at is None:
-        key.revoked_at = timezone.now()
-        key.save(update_fields=["revoked_at"])
+        with transaction.atomic():
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at"])
+            _audit(key, actor, "api_key_revoked", via=via)
+
+
+def _audit(key: ApiKey, actor: Any, verb: str, *, via: str) -> None:
+    """An audit row naming the key (never its secret) and its owner."""
+    AuditEvent.objects.create(
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        verb=verb,
+        data={
+            "key": key.prefix,
+            "name": key.name,
+            "owner": key.owner.get_username(),
+            "scopes": list(key.scopes),
+            "expires_at": key.expires_at.isoformat() if key.expires_at else None,
+            "via": via,
+        },
+    )

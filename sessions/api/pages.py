@@ -39,6 +39,7 @@ def create(request: AuthenticatedHttpRequest) -> HttpResponse:
             name=request.POST.get("name", ""),
             scopes=request.POST.getlist("scopes"),
             expires_days=int(raw_days) if raw_days else None,
+            actor=request.user,
         )
     except ServiceError as error:
         return _page(request, error=error.message)
@@ -47,5 +48,5 @@ def create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @require_POST
 def revoke_key(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    revoke(get_object_or_404(ApiKey, pk=pk, owner=request.user))
+    revoke(get_object_or_404(ApiKey, pk=pk, owner=request.user), actor=request.user)
     return _page(request)

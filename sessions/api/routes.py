@@ -26,6 +26,7 @@ from pydantic import ValidationError as PydanticError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import ContextReport, Policy, govern
+from ctxhub.governance.tokens import context_window
 from sessions import outages, services, tasks
 from sessions.api import limits
 from sessions.api.errors import ApiError, dotted_to_path, error_response, field_path, handle
@@ -58,6 +59,7 @@ from sessions.models import (
 )
 from sessions.payloads import InvalidPayload, parse_payload
 from sessions.services import ServiceError
+from sessions.services.governed import ensure_room
 
 # Seqs and record ids fit the database's integer columns: a larger one is a 422, not an error.
 MAX_ID = 2**31 - 1
@@ -207,7 +209,11 @@ def _described(session: AgentSession) -> dict[str, Any]:
 def create_session(request: HttpRequest, body: SessionIn) -> Status[dict[str, Any]]:
     """A new session."""
     key = _need(request, "write")
-    _policy(body.policy)
+    ensure_room(
+        _policy(body.policy),
+        body.context_window or context_window(body.model),
+        field="context_window" if body.context_window else "policy",
+    )
     session = AgentSession.objects.create(
         owner=key.owner,
         title=body.title,
@@ -260,16 +266,25 @@ def patch_session(request: HttpRequest, session_id: UUID, body: SessionPatch) ->
     """Change the title, model, window or policy; a new model recounts the stored tokens."""
     session = _session(request, session_id, "write")
     changes = body.model_dump(exclude_unset=True)
-    if changes.get("policy") is not None:
-        _policy(changes["policy"])
-        services.set_policy(session, changes["policy"], actor=_key(request).owner)
     fields = [name for name in ("title", "model", "context_window") if name in changes]
-    if fields:
-        for name in fields:
-            if name != "context_window" and changes[name] is None:
-                raise ApiError(422, "invalid", f"{name}: may not be null", field=name)
-            setattr(session, name, changes[name])
-        session.save(update_fields=[*fields, "updated_at"])
+    for name in fields:
+        if name != "context_window" and changes[name] is None:
+            raise ApiError(422, "invalid", f"{name}: may not be null", field=name)
+    # The policy and window as they will be must leave the history room; checked before
+    # anything is stored, naming what changed.
+    new_policy = changes.get("policy")
+    policy = _policy(new_policy if new_policy is not None else session.policy or {})
+    model = changes.get("model") or session.model
+    window = changes.get("context_window", session.context_window) or context_window(model)
+    changed = next((n for n in ("context_window", "model") if n in changes), "policy")
+    ensure_room(policy, window, field=changed)
+    with transaction.atomic():
+        if fields:
+            for name in fields:
+                setattr(session, name, changes[name])
+            session.save(update_fields=[*fields, "updated_at"])
+        if new_policy is not None:
+            services.set_policy(session, new_policy, actor=_key(request).owner)
     if "model" in fields:
         tasks.recount_session_tokens.delay(str(session.pk))
     return _described(session)
@@ -500,7 +515,11 @@ def compact(request: HttpRequest, session_id: UUID, body: CompactionIn) -> Statu
             },
         )
     requested = services.request_compaction(
-        session, actor=_key(request).owner, focus=body.focus, keep_from=body.keep_from
+        session,
+        actor=_key(request).owner,
+        focus=body.focus,
+        keep_from=body.keep_from,
+        expected=body.expected,
     )
     requested.job.refresh_from_db()
     return Status(202, _job_out(requested.job))

@@ -7,12 +7,34 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Field, Schema
-from pydantic import field_validator
+from ninja.schema import DjangoGetter
+from pydantic import field_validator, model_validator
 
 from ..payloads import bad_text
 
 
-class _Storable(Schema):
+class _Body(Schema):
+    """A request body: a JSON object. ninja's schemas also read attributes off any object (for
+    ORM rows), so a list or a string would pass as an object with every field left out."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, data: Any) -> Any:
+        given = data._obj if isinstance(data, DjangoGetter) else data  # as ninja wraps it
+        if not isinstance(given, dict):
+            raise ValueError(f"a JSON object is expected, not {_json_type(given)}")
+        return data
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string"}.get(
+        type(value), "an array" if isinstance(value, list) else type(value).__name__
+    )
+
+
+class _Storable(_Body):
     """A request body whose strings are stored: one PostgreSQL cannot keep (a NUL character, a
     lone surrogate) is refused, a 422 naming the field, rather than failing the write."""
 
@@ -58,7 +80,7 @@ class SessionPage(Schema):
     next_cursor: str | None = Field(description="Pass as cursor for the next page; null: last.")
 
 
-class AppendIn(Schema):
+class AppendIn(_Body):
     messages: list[dict[str, Any]] = Field(
         min_length=1, max_length=1_000, description="pydantic-ai ModelMessage JSON objects."
     )
@@ -99,6 +121,12 @@ class CompactionIn(_Storable):
     focus: str = Field(default="", max_length=2_000)
     dry_run: bool = False
     keep_from: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    expected: str | None = Field(
+        default=None,
+        max_length=128,
+        description="A dry run's fingerprint: the compaction is refused (409) when the session "
+        "changed since that preview, so what runs is what was previewed.",
+    )
 
 
 class JobOut(Schema):
@@ -126,7 +154,7 @@ class EvictedOut(Schema):
     text: str
 
 
-class GovernIn(Schema):
+class GovernIn(_Body):
     messages: list[dict[str, Any]] = Field(max_length=100_000)
     model: str = Field(min_length=1, max_length=200)
     policy: dict[str, Any] = Field(default_factory=dict)

@@ -29,6 +29,7 @@ from ctxhub.governance.tokens import context_window, tokenizer_for
 from sessions import snapshots
 from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
 from sessions.models import AgentSession, EvictedOutput
+from sessions.services.errors import Invalid
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,38 @@ def session_policy(session: AgentSession) -> Policy:
 
 
 def session_window(session: AgentSession) -> int:
-    """The context window the session is governed against: its override, else the model's."""
+    """The context window the session is governed against: its policy's, else ``base_window``."""
     policy_window = (session.policy or {}).get("context_window")
     if isinstance(policy_window, int) and policy_window > 0:
         return policy_window
+    return base_window(session)
+
+
+def base_window(session: AgentSession) -> int:
+    """The window a policy without one of its own governs against: the session's override,
+    else its model's."""
     return session.context_window or context_window(session.model)
+
+
+def no_room(policy: Policy, window: int) -> str | None:
+    """Why a policy and window leave the history no room (every request would be over budget
+    and every compaction would fail), or None when they leave some."""
+    if policy.history_budget(window) > 0:
+        return None
+    return (
+        f"a window of {window} tokens leaves no room for history under this policy (it "
+        f"reserves {policy.reserved_output_tokens} tokens for the answer and a "
+        f"{policy.safety_margin:.0%} safety margin); the least window is "
+        f"{policy.least_window()} tokens"
+    )
+
+
+def ensure_room(policy: Policy, window: int, *, field: str) -> None:
+    """Refuse a policy and window that leave the history no room; ``field`` names what was
+    changed."""
+    reason = no_room(policy, window)
+    if reason is not None:
+        raise Invalid(f"{field}: {reason}", field=field)
 
 
 def session_summarizer(session: AgentSession) -> str:

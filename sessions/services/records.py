@@ -22,7 +22,7 @@ from sessions import live
 from sessions.history import effective_history
 from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
 from sessions.services.errors import Conflict, Invalid, NotFound
-from sessions.services.governed import governed_context
+from sessions.services.governed import base_window, ensure_room, governed_context
 
 
 def lock_session(session: AgentSession) -> None:
@@ -185,11 +185,12 @@ def set_policy(session: AgentSession, overrides: dict[str, Any], *, actor: Any =
     """Store a session's policy overrides (validated by the engine; only what differs from the
     defaults). What the model sees changes at once: audited and pushed like a record."""
     try:
-        Policy.model_validate(overrides)
+        policy = Policy.model_validate(overrides)
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "policy"
         raise Invalid(first["msg"], field=field) from None
+    ensure_room(policy, base_window(session), field="reserved_output_tokens")
     with _change(session, actor, "policy") as change:
         previous = AgentSession.objects.values_list("policy", flat=True).get(pk=session.pk)
         if previous == overrides:

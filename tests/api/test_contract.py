@@ -16,7 +16,15 @@ from django.utils import timezone
 from ctxhub.celery import app as celery_app
 from sessions import services
 from sessions.api.keys import create_key, revoke
-from sessions.models import AgentSession, ApiKey, Compaction, EvictedOutput, Message, Pin
+from sessions.models import (
+    AgentSession,
+    ApiKey,
+    Compaction,
+    CompactionJob,
+    EvictedOutput,
+    Message,
+    Pin,
+)
 from tests.factories import agent_turns, make_session, reply, user
 
 pytestmark = pytest.mark.django_db
@@ -456,3 +464,70 @@ def test_numbers_beyond_the_database_are_a_422(
     response = api.call(method, path.format(id=session.pk), {})
     assert response.status_code == 422
     assert error(response)["code"] == "invalid"
+
+
+# --- what a session's settings must leave room for ----------------------------------------------
+
+
+def test_a_window_too_small_for_the_policy_is_refused_naming_the_least(
+    api: Api, session: AgentSession
+) -> None:
+    # The default policy reserves 8,192 tokens for the answer and keeps a 10 % margin.
+    least = services.session_policy(session).least_window()
+    assert 9_000 < least < 9_200
+    too_small = api.call("patch", f"/sessions/{session.pk}", {"context_window": least - 1})
+    assert too_small.status_code == 422
+    assert error(too_small)["field"] == "context_window"
+    assert f"the least window is {least} tokens" in error(too_small)["message"]
+    session.refresh_from_db()
+    assert session.context_window is None  # nothing stored
+    enough = api.call("patch", f"/sessions/{session.pk}", {"context_window": least})
+    assert enough.status_code == 200
+
+    tiny = {"title": "tiny", "model": "openai:gpt-4o", "context_window": 3_986}
+    created = api.call("post", "/sessions", tiny)
+    assert created.status_code == 422
+    assert error(created)["field"] == "context_window"
+    # A policy that reserves more than the session's window holds is refused as well, and
+    # a window and policy changed together are judged together.
+    greedy = {"policy": {"reserved_output_tokens": 20_000}}
+    refused = api.call("patch", f"/sessions/{session.pk}", greedy)
+    assert refused.status_code == 422
+    assert error(refused)["field"] == "policy"
+    assert "leaves no room for history" in error(refused)["message"]
+    both = api.call("patch", f"/sessions/{session.pk}", {"context_window": 64_000, **greedy})
+    assert both.status_code == 200
+    assert both.json()["policy"] == greedy["policy"]
+
+
+def test_a_compaction_bound_to_a_stale_preview_is_refused(api: Api, session: AgentSession) -> None:
+    services.append_messages(session, agent_turns(10, 3, "x\n" * 400, "OPS-7"), auto_compact=False)
+    path = f"/sessions/{session.pk}/compactions"
+    preview = api.call("post", path, {"dry_run": True}).json()
+    services.append_messages(session, [user("one more thing")], auto_compact=False)
+
+    stale = api.call("post", path, {"expected": preview["fingerprint"]})
+    assert stale.status_code == 409
+    assert error(stale)["field"] == "expected"
+    assert not Compaction.objects.exists()
+    fresh = api.call("post", path, {"dry_run": True}).json()
+    bound = api.call("post", path, {"expected": fresh["fingerprint"]})
+    assert bound.status_code == 202
+
+
+@pytest.mark.parametrize("body", [[], [{"focus": "x"}], "compact", 7, None])
+def test_a_body_that_is_not_an_object_is_refused(
+    api: Api, session: AgentSession, body: Any
+) -> None:
+    services.append_messages(session, agent_turns(10, 3, "x\n" * 400, "OPS-7"), auto_compact=False)
+    raw = json.dumps(body)
+    answer = api.client.post(
+        f"/api/v1/sessions/{session.pk}/compactions",
+        data=raw,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {api.key}"},
+    )
+    assert answer.status_code == 422, answer.content
+    assert error(answer)["field"] == "body"
+    assert "a JSON object is expected" in error(answer)["message"]
+    assert not CompactionJob.objects.exists()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
-from sessions.models import ApiKey
+from sessions.models import ApiKey, AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -57,3 +59,36 @@ def test_a_bad_key_form_says_why(
 
 def test_the_keys_page_needs_a_login(client: Client) -> None:
     assert client.get("/keys/").status_code == 302
+
+
+def test_making_and_revoking_a_key_are_audited_with_their_actor(
+    client: Client, alice: Any, bob: Any
+) -> None:
+    client.force_login(alice)
+    client.post("/keys/new/", {"name": "ci runner", "scopes": ["read"]})
+    key = ApiKey.objects.get(owner=alice)
+    client.force_login(bob)
+    client.post(f"/keys/{key.pk}/revoke/")  # refused: not bob's key, and not audited
+    client.force_login(alice)
+    client.post(f"/keys/{key.pk}/revoke/")
+    client.post(f"/keys/{key.pk}/revoke/")  # already revoked: nothing more happens
+    call_command(
+        "create_api_key", "bob", "--scopes", "read,write", stdout=StringIO(), stderr=StringIO()
+    )
+
+    events = list(AuditEvent.objects.order_by("created_at", "pk"))
+    assert [(e.verb, e.actor) for e in events] == [
+        ("api_key_created", alice),
+        ("api_key_revoked", alice),
+        ("api_key_created", None),
+    ]
+    assert events[0].data == {
+        "key": key.prefix,
+        "name": "ci runner",
+        "owner": "alice",
+        "scopes": ["read"],
+        "expires_at": None,
+        "via": "dashboard",
+    }
+    assert events[2].data["owner"] == "bob"
+    assert events[2].data["via"] == "manage.py create_api_key"

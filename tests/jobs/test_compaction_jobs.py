@@ -4,7 +4,6 @@ HTTP by a local fake of the OpenAI API: progress, kills, lost messages, retries,
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import threading
@@ -28,7 +27,7 @@ from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session
 from tests.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
 from tests.governed.builders import SMALL_POLICY, agentic_session, turn
-from tests.processes import celery_worker, free_port
+from tests.processes import OwnRedis, celery_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -268,40 +267,6 @@ def test_auto_compaction_fires_once_and_not_again_while_it_runs(
 
 
 # --- Redis lost and restarted empty ------------------------------------------------------------
-
-
-class OwnRedis:
-    """A Redis server of this test's own, so stopping it disturbs no other test."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        subprocess.run(
-            [
-                "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                "--daemonize", "yes", "--save", "", "--appendonly", "no",
-                "--dir", str(self.dir), "--pidfile", str(self.dir / "redis.pid"),
-                "--logfile", str(self.dir / "redis.log"),
-            ],
-            check=True,
-        )  # fmt: skip
-        wait_for(self.up, timeout=10, what="redis to start")
-
-    def up(self) -> bool:
-        import redis
-
-        try:
-            return bool(redis.Redis.from_url(self.url).ping())
-        except redis.ConnectionError:
-            return False
-
-    def stop(self) -> None:
-        pid = int((self.dir / "redis.pid").read_text())
-        os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not self.up(), timeout=10, what="redis to stop")
 
 
 @pytest.fixture

@@ -310,6 +310,7 @@ def test_save_stores_only_what_differs_audited(client: Client, alice: object, sm
         ("tool_output.strategy", "middle", "one of head, tail, both"),
         ("window.triggers", "[{", "JSON"),
         ("window.notice", "no placeholder", "{omitted}"),
+        ("reserved_output_tokens", "10000000", "leaves no room for history"),
     ],
 )
 def test_a_refused_knob_is_named_and_nothing_is_saved(

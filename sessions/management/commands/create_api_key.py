@@ -33,6 +33,7 @@ class Command(BaseCommand):
                 name=options["name"] or f"{user.get_username()}'s key",
                 scopes=scopes,
                 expires_days=options["expires"],
+                via="manage.py create_api_key",
             )
         except ServiceError as error:
             raise CommandError(error.message) from None

@@ -1,0 +1,61 @@
+"""Checks of the services the hub relies on, run by ``manage.py check`` and at worker start."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+log = logging.getLogger(__name__)
+
+EVICTION_POLICY_ID = "ctxhub.W001"
+
+
+def redis_eviction_policy(url: str) -> str | None:
+    """Redis's ``maxmemory-policy`` (read from INFO, which managed services that disable CONFIG
+    still answer), or None when Redis cannot be asked."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        with client:
+            policy = client.info("memory").get("maxmemory_policy")
+    except redis.RedisError:
+        return None
+    return str(policy) if policy is not None else None
+
+
+def eviction_policy_warnings(url: str | None) -> list[checks.CheckMessage]:
+    """A warning unless Redis keeps every key until it is deleted: the job queue and the
+    channel layer live in Redis, and a policy that evicts keys under memory pressure drops
+    queued jobs and group memberships without a word."""
+    if not url:
+        return []
+    policy = redis_eviction_policy(url)
+    if policy is None or policy == "noeviction":
+        return []
+    return [
+        checks.Warning(
+            f"Redis evicts keys under memory pressure (maxmemory-policy {policy}): queued "
+            "jobs and live-update groups can be lost silently.",
+            hint="Set maxmemory-policy noeviction on the Redis server in REDIS_URL "
+            "(redis-server --maxmemory-policy noeviction, or CONFIG SET).",
+            id=EVICTION_POLICY_ID,
+        )
+    ]
+
+
+@checks.register(checks.Tags.caches, deploy=False)
+def check_redis_eviction_policy(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    return eviction_policy_warnings(getattr(settings, "REDIS_URL", None))
+
+
+def warn_about_services() -> None:
+    """What ``check`` would warn about, in the log of a process that does not run it (a
+    worker)."""
+    for warning in eviction_policy_warnings(getattr(settings, "REDIS_URL", None)):
+        log.warning("%s %s %s", warning.id, warning.msg, warning.hint)

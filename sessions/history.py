@@ -24,7 +24,7 @@ from typing import Any, overload
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Subquery, Sum, TextField
 from django.db.models.functions import Cast
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance.counting import MessageFacts, message_facts
@@ -33,6 +33,17 @@ from sessions.models import AgentSession, Clear, Compaction, Message, Pin
 from sessions.payloads import message_from_payload
 
 _MESSAGE = TypeAdapter[ModelMessage](ModelMessage)
+
+
+class UnreadableMessage(Exception):
+    """A stored message that no longer reads back as a message (one stored before the edge
+    refused what cannot be read, say): its session cannot be governed until it is dealt with."""
+
+    def __init__(self, session_id: Any, seq: int, error: Exception) -> None:
+        reason = str(error).splitlines()[-1].strip() if str(error) else type(error).__name__
+        super().__init__(f"message #{seq} of session {session_id} cannot be read: {reason}")
+        self.seq = seq
+        self.reason = reason
 
 # Messages are read from the database as the engine asks for them, reading ahead in the
 # direction it walks: it walks runs of positions (the kept tail, newest first, skipping the
@@ -143,7 +154,10 @@ class LazyMessages(Sequence[ModelMessage]):
         if raw is None:
             self._fetch(index)
             raw = self._raw.pop(seq)
-        return _MESSAGE.validate_json(raw)
+        try:
+            return _MESSAGE.validate_json(raw)
+        except ValidationError as error:
+            raise UnreadableMessage(self._session_id, seq, error) from error
 
     def _fetch(self, index: int) -> None:
         """Read the raw payload at ``index``, and ahead of it when the engine walks a run."""

@@ -109,27 +109,39 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _NOT_TEXT = re.compile("[\ud800-\udfff]")
 
 
+MAX_DEPTH = 100
+"""How deep the JSON of a message (or of a title, a policy) may nest. What is stored is read
+back by a JSON parser that stops at 200 levels: a message nested deeper than it can read would
+break every page and answer of its session, so it is refused at the edge instead."""
+
+
 def bad_text(data: Any, path: str = "", *, storing: bool = True) -> tuple[str, str] | None:
-    """The path of the first string (or key) holding such a character, and what is wrong; NUL
-    characters only when ``storing``."""
+    """The path of the first string (or key) holding such a character, or of the first value
+    nested deeper than ``MAX_DEPTH``, and what is wrong; NUL characters only when ``storing``.
+    Walked with a stack, not recursion: any depth is answered, not a crash."""
     pattern = _UNSTORABLE if storing else _NOT_TEXT
-    if isinstance(data, str):
-        found = pattern.search(data)
-        return None if found is None else (path, _problem(found.group()))
-    items = (
-        data.items()
-        if isinstance(data, dict)
-        else enumerate(data)
-        if isinstance(data, list)
-        else ()
-    )
-    for key, value in items:
-        here = f"{path}.{key}".lstrip(".")
+    pending: list[tuple[Any, str, int, Any]] = [(data, path, 0, None)]
+    while pending:
+        value, here, depth, key = pending.pop()
         if isinstance(key, str) and (found := pattern.search(key)):
             return here, _problem(found.group())
-        inner = bad_text(value, here, storing=storing)
-        if inner is not None:
-            return inner
+        if isinstance(value, str):
+            found = pattern.search(value)
+            if found is not None:
+                return here, _problem(found.group())
+            continue
+        if isinstance(value, dict):
+            items = list(value.items())
+        elif isinstance(value, list):
+            items = list(enumerate(value))
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            outer = ".".join(here.split(".")[:6])  # where it starts; the rest is a long chain
+            return outer, f"nests deeper than {MAX_DEPTH} levels, more than can be stored"
+        # Reversed onto the stack: the first problem in document order is the one named.
+        for inner_key, inner in reversed(items):
+            pending.append((inner, f"{here}.{inner_key}".lstrip("."), depth + 1, inner_key))
     return None
 
 

@@ -16,7 +16,7 @@ from sessions import services, tasks
 from sessions.access import changeable_session, may_change, visible_session
 from sessions.chat.turns import running_turn
 from sessions.chat.views import chat_context
-from sessions.history import record_state
+from sessions.history import UnreadableMessage, record_state
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message
 from sessions.presenters import present_message, present_sent
@@ -80,7 +80,11 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     if "at" in request.GET and at is None:
         return HttpResponseBadRequest("at: must be an integer seq", content_type="text/plain")
     rows = services.message_page(session, at=at)
-    timeline = _timeline(session, rows)
+    try:
+        timeline = _timeline(session, rows)
+    except UnreadableMessage as error:
+        # The rest of the hub still works; this session's page says what is wrong.
+        return render(request, "sessions/unreadable.html", {"session": session, "error": error})
     last = session.messages.order_by("-seq").values_list("seq", flat=True).first()
     following = not rows or rows[-1].seq == last
     return render(

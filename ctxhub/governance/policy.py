@@ -24,9 +24,9 @@ summarising it, so it should only do so when it must.
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Unit = Literal["tokens", "chars"]
 Strategy = Literal["head", "tail", "both"]
@@ -38,8 +38,22 @@ MIN_TRUNCATION_TOKENS = 64
 MIN_TRUNCATION_CHARS = 256
 
 
+LARGEST = 2**53
+"""The largest number any knob takes: counts of tokens, lines or messages are far below it,
+and a number as large as JSON can write (400 digits) would overflow the arithmetic."""
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinity or NaN either: JSON has neither, but Python's parser reads 1e400 as infinity.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _not_huge(cls, value: Any) -> Any:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and abs(value) > LARGEST:
+            raise ValueError(f"at most {LARGEST}")
+        return value
 
 
 class Truncation(_Model):

@@ -7,9 +7,11 @@ memory, the hub in its database — and ``read_evicted`` serves a slice of one b
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
+
+import regex
 
 
 @runtime_checkable
@@ -63,17 +65,47 @@ def read_evicted(
     offset = max(0, offset)
     lines = text.splitlines()
     numbered = list(enumerate(lines))
+    stopped = ""
     if grep:
         try:
-            pattern = re.compile(grep)
-        except re.error as error:
+            pattern = regex.compile(grep)
+        except regex.error as error:
             return f"Invalid grep pattern {grep!r}: {error}."
-        numbered = [(n, line) for n, line in numbered if pattern.search(line)]
+        numbered, stopped_at = _matching(pattern, numbered)
+        if stopped_at is not None:
+            stopped = (
+                f"; grep stopped at line {stopped_at} after {GREP_SECONDS:g} s (the pattern "
+                "backtracks too much: simplify it), so the matches are those before it"
+            )
     selected = numbered[offset : offset + limit]
     what = f"matches of {grep!r}" if grep else "lines"
     header = (
         f"[{ref}: {what} {offset}-{offset + len(selected) - 1 if selected else offset} "
-        f"of {len(numbered)}; the output has {len(lines)} lines]"
+        f"of {len(numbered)}; the output has {len(lines)} lines{stopped}]"
     )
     body = "\n".join(f"{n}: {line}" for n, line in selected)
     return f"{header}\n{body}" if body else header
+
+
+GREP_SECONDS = 1.0
+"""The time one grep may take: a pattern that backtracks (``(\\w+\\s?)*$`` over a long line)
+can otherwise hold a CPU for minutes."""
+
+
+def _matching(
+    pattern: regex.Pattern[str], numbered: list[tuple[int, str]]
+) -> tuple[list[tuple[int, str]], int | None]:
+    """The numbered lines ``pattern`` finds something in, and the line where the time ran out
+    (None when it did not)."""
+    deadline = time.monotonic() + GREP_SECONDS
+    found = []
+    for number, line in numbered:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            if pattern.search(line, timeout=left):
+                found.append((number, line))
+        except TimeoutError:
+            return found, number
+    return found, None

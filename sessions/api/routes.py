@@ -7,12 +7,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import regex
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import IntegrityError, OperationalError, transaction
@@ -46,7 +46,7 @@ from sessions.api.schemas import (
     SessionPage,
     SessionPatch,
 )
-from sessions.history import effective_history
+from sessions.history import UnreadableMessage, effective_history
 from sessions.models import (
     AgentSession,
     ApiKey,
@@ -103,6 +103,12 @@ def _service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
     return handle(request, exc)
 
 
+@api.exception_handler(UnreadableMessage)
+def _unreadable(request: HttpRequest, exc: UnreadableMessage) -> HttpResponse:
+    # The session's stored state is at fault, not the request: 409, saying which message.
+    return error_response(409, "unreadable_message", str(exc), field="seq", seq=exc.seq)
+
+
 @api.exception_handler(AuthenticationError)
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return error_response(
@@ -143,6 +149,9 @@ def _database_unavailable(request: HttpRequest, exc: OperationalError) -> HttpRe
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if str(exc).startswith("Cannot parse request body"):  # ninja's words for it
+        message = "body: not JSON, or nested deeper than a JSON parser goes"
+        return error_response(exc.status_code, "bad_request", message, field="body")
     return error_response(exc.status_code, "bad_request", str(exc))
 
 
@@ -589,8 +598,8 @@ def evicted(
     session = _session(request, session_id, "read")
     if grep:
         try:
-            re.compile(grep)
-        except re.error as exc:
+            regex.compile(grep)
+        except regex.error as exc:
             raise ApiError(
                 422, "invalid", f"grep: not a regular expression ({exc})", field="grep"
             ) from None

@@ -8,6 +8,7 @@ marked as such, and a worker asked to refresh them.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +29,8 @@ from sessions.models import (
 from sessions.services.compaction import soft_threshold
 from sessions.services.governed import governed_context, session_policy, session_window
 from sessions.services.log import refresh_snapshot_later
+
+log = logging.getLogger(__name__)
 
 # Seconds one listing may spend governing sessions nobody governed since their last change.
 GOVERN_BUDGET_SECONDS = 2.0
@@ -113,10 +116,42 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
     # Sessions this process carries first: governing them costs next to nothing.
     rows.sort(key=lambda s: not is_remembered(s))
     listed = [
-        _row(s, user, pins.get(s.pk, []), known.get(s.pk), statuses.get(s.pk), deadline)
+        _row_or_fault(s, user, pins.get(s.pk, []), known.get(s.pk), statuses.get(s.pk), deadline)
         for s in rows
     ]
     return sort_rows(listed, sort)
+
+
+def _row_or_fault(
+    session: Any,
+    user: Any,
+    pins: list[int],
+    snapshot: dict[str, Any] | None,
+    status: tuple[str, str] | None,
+    deadline: float,
+) -> FleetRow:
+    """``_row``; or, when the session cannot be governed (a stored row no longer reads), the
+    row with what is known and the fault, so one session never takes the listing down."""
+    try:
+        return _row(session, user, pins, snapshot, status, deadline)
+    except Exception as error:
+        log.exception("fleet row of session %s", session.pk)
+        return FleetRow(
+            session=session,
+            owned=session.owner_id == user.pk,
+            messages=session.message_count,
+            log_tokens=session.log_tokens or 0,
+            governed=None,
+            governed_current=False,
+            budget=0,
+            window=session.context_window or 0,
+            threshold=0,
+            headroom=0,
+            auto=False,
+            compactions=session.compaction_count,
+            status="failed",
+            status_detail=f"cannot be governed: {type(error).__name__}: {str(error)[:200]}",
+        )
 
 
 def _row(

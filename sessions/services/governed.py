@@ -9,6 +9,7 @@ back by reference.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
@@ -234,6 +235,10 @@ def _store_evicted(session: AgentSession, history: EffectiveHistory, governed: G
     history.evicted_refs.update(new)
 
 
+# What ``eviction_ref`` makes; anything else (a NUL character, a path) names nothing stored.
+EVICTED_REF = re.compile(r"ev_[0-9a-f]{1,64}")
+
+
 def read_evicted_output(
     session: AgentSession,
     ref: str,
@@ -243,7 +248,9 @@ def read_evicted_output(
     grep: str | None = None,
 ) -> str | None:
     """Numbered lines of an evicted output (see ``ctxhub.governance.read_evicted``); None when
-    the session has no output under ``ref``."""
+    the session has no output under ``ref`` (or ``ref`` is no reference at all)."""
+    if not EVICTED_REF.fullmatch(ref):
+        return None
     text = EvictedOutput.objects.filter(session=session, ref=ref).values_list("text", flat=True)
     found = text.first()
     if found is None:

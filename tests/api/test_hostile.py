@@ -1,0 +1,179 @@
+"""What an attacker or a buggy agent sends: each is a 4xx naming the field, nothing is stored,
+and a stored row that cannot be read back takes down no page but its own session's, which
+says why."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from ctxhub.governance.tokens import tokenizer_for
+from sessions import services
+from sessions.api.keys import create_key
+from sessions.models import AgentSession, EvictedOutput, Message
+from sessions.payloads import MAX_DEPTH, message_from_payload
+from sessions.services.log import _build
+from tests.factories import make_session, reply, user
+
+pytestmark = pytest.mark.django_db
+
+
+def nested(depth: int, leaf: Any = "x") -> Any:
+    for _ in range(depth):
+        leaf = {"a": leaf}
+    return leaf
+
+
+def tool_call(args: Any) -> dict[str, Any]:
+    return {
+        "kind": "response",
+        "parts": [{"part_kind": "tool-call", "tool_name": "t", "args": args, "tool_call_id": "c"}],
+    }
+
+
+class Api:
+    def __init__(self, key: str) -> None:
+        self.client = Client()
+        self.auth = {"Authorization": f"Bearer {key}"}
+
+    def post(self, path: str, raw: str) -> Any:
+        return self.client.post(
+            f"/api/v1{path}", raw, content_type="application/json", headers=self.auth
+        )
+
+    def get(self, path: str) -> Any:
+        return self.client.get(f"/api/v1{path}", headers=self.auth)
+
+
+@pytest.fixture
+def api(alice: Any) -> Api:
+    return Api(create_key(alice, name="agent", scopes=["read", "write", "govern"])[1])
+
+
+def refused(response: Any, status: int = 422) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    body: dict[str, Any] = response.json()["error"]
+    return body
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH, 300, 900])
+def test_arguments_nested_deeper_than_can_be_read_back_are_refused(
+    api: Api, alice: Any, depth: int
+) -> None:
+    session = make_session(alice)
+    body = json.dumps({"messages": [tool_call(nested(depth))]})
+    error = refused(api.post(f"/sessions/{session.pk}/messages", body))
+    assert error["field"].startswith("messages[0].parts[0].args")
+    assert f"deeper than {MAX_DEPTH} levels" in error["message"]
+    assert not Message.objects.exists()
+    governed = json.dumps({"model": "openai:gpt-4o", "messages": [tool_call(nested(depth))]})
+    assert refused(api.post("/govern", governed))["field"].startswith("messages[0].parts[0]")
+
+
+def test_arguments_as_deep_as_allowed_are_stored_and_read_back(api: Api, alice: Any) -> None:
+    session = make_session(alice)
+    # The message itself takes three levels (its parts, a part, the arguments).
+    body = json.dumps({"messages": [tool_call(nested(MAX_DEPTH - 4))]})
+    assert api.post(f"/sessions/{session.pk}/messages", body).status_code == 201
+    assert api.get(f"/sessions/{session.pk}/context").status_code == 200
+
+
+def test_a_body_deeper_than_any_parser_goes_is_a_400_naming_the_body(api: Api, alice: Any) -> None:
+    session = make_session(alice)
+    for deep in ("[" * 200_000 + "]" * 200_000, '{"messages": [' + '{"a": ' * 5_000):
+        error = refused(api.post(f"/sessions/{session.pk}/messages", deep), status=400)
+        assert error["field"] == "body"
+    assert not Message.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        ("nested(1_000)", "policy"),
+        ('{"context_window": ' + "9" * 400 + "}", "policy.context_window"),
+        ('{"reserved_output_tokens": ' + "9" * 400 + "}", "policy.reserved_output_tokens"),
+        ('{"safety_margin": 1e400}', "policy.safety_margin"),
+        ('{"masking": {"keep_last": -' + "9" * 400 + "}}", "policy.masking.keep_last"),
+    ],
+)
+def test_policies_nested_or_numbered_beyond_reason_are_refused(
+    api: Api, policy: str, field: str
+) -> None:
+    raw_policy = json.dumps(nested(1_000)) if policy == "nested(1_000)" else policy
+    raw = '{"title": "x", "model": "openai:gpt-4o", "policy": ' + raw_policy + "}"
+    assert refused(api.post("/sessions", raw))["field"] == field
+    assert not AgentSession.objects.exists()
+
+
+def test_an_evicted_reference_that_names_nothing_is_a_404(api: Api, alice: Any) -> None:
+    session = make_session(alice)
+    for ref in ("%00", "..%2f..%2fetc%2fpasswd", "ev_" + "0" * 20):
+        assert refused(api.get(f"/sessions/{session.pk}/evicted/{ref}"), 404)
+    page = Client()
+    page.force_login(alice)
+    assert page.get(f"/sessions/{session.pk}/evicted/%00/").status_code == 404
+
+
+def test_static_paths_climbing_out_are_a_404(client: Client) -> None:
+    for path in ("/static/..%2f..%2fctxhub%2fsettings.py", "/static/../ctxhub/settings.py"):
+        answer = client.get(path)
+        assert answer.status_code == 404
+        assert b"SECRET_KEY" not in answer.content
+
+
+def test_a_backtracking_grep_stops_in_time_with_a_note(api: Api, alice: Any) -> None:
+    session = make_session(alice)
+    text = "word " * 140_000 + "!"  # one 700 KB line the pattern below backtracks over
+    ref = "ev_" + "a" * 20
+    EvictedOutput.objects.create(session=session, ref=ref, text=text, tokens=140_000)
+    started = time.monotonic()
+    answer = api.get(f"/sessions/{session.pk}/evicted/{ref}?grep=(%5Cw%2B%5Cs%3F)*%24")
+    assert answer.status_code == 200
+    assert time.monotonic() - started < 30  # without the limit: minutes at full CPU
+    assert "grep stopped at line 0" in answer.json()["text"]
+    plain = api.get(f"/sessions/{session.pk}/evicted/{ref}?grep=word")
+    assert plain.json()["text"].startswith(f"[{ref}: matches of 'word' 0-0 of 1; the output")
+    assert "stopped" not in plain.json()["text"]
+
+
+def test_a_stored_message_that_cannot_be_read_back_breaks_no_listing(
+    api: Api, alice: Any, django_user_model: Any
+) -> None:
+    """As a message stored before the edge refused such nesting: the fleet (the owner's and
+    staff's) still lists every session, the session's own page and context say what is wrong,
+    and other sessions are untouched."""
+    healthy = make_session(alice, title="healthy")
+    services.append_messages(healthy, [user("hello"), reply("hi")], auto_compact=False)
+    broken = make_session(alice, title="broken")
+    services.append_messages(broken, [user("start")], auto_compact=False)
+    payload = tool_call(nested(250))
+    message = message_from_payload(payload)
+    row = _build(broken, 1, message, payload, "api", tokenizer_for(broken.model))
+    Message.objects.bulk_create([row])
+
+    staff = django_user_model.objects.create_user("carol", password="pw", is_staff=True)
+    for viewer in (alice, staff):
+        pages = Client()
+        pages.force_login(viewer)
+        fleet = pages.get("/")
+        assert fleet.status_code == 200
+        listing = fleet.content.decode()
+        assert "healthy" in listing
+        assert "broken" in listing
+        assert "cannot be governed" in listing
+    pages = Client()
+    pages.force_login(alice)
+    page = pages.get(f"/sessions/{broken.pk}/")
+    assert page.status_code == 200
+    assert 'data-testid="unreadable"' in page.content.decode()
+    assert "message #1" in page.content.decode()
+    assert pages.get(f"/sessions/{healthy.pk}/").status_code == 200
+
+    error = refused(api.get(f"/sessions/{broken.pk}/context"), 409)
+    assert error["code"] == "unreadable_message"
+    assert error["seq"] == 1
+    assert api.get(f"/sessions/{healthy.pk}/context").status_code == 200

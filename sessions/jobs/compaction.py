@@ -5,7 +5,8 @@ twice, a worker killed mid-job or a Redis that lost its queue change nothing but
 
 * ``claim`` takes the job in a row lock, counting the delivery; a job already done, or running
   with a fresh heartbeat elsewhere, is left alone. After ``CTXHUB_JOB_MAX_DELIVERIES`` claims that
-  never finished (each killed its worker) the job is failed instead of run again.
+  never finished (each killed its worker) the job is failed instead of run again; a delivery
+  that ended in a retry finished, and counts against ``CTXHUB_JOB_MAX_RETRIES`` only.
 * While it runs, a thread beats ``heartbeat_at``; ``sweep`` re-queues a running job whose beat
   stopped (its worker died) and a queued job whose message went missing.
 * The record is written in one transaction, and only if the session's records are still those
@@ -129,15 +130,8 @@ def claim(job_id: str) -> CompactionJob | None:
             return None
         if job.run_after is not None and job.run_after > now + timedelta(seconds=1):
             return None  # an early duplicate of a retry: the retry's own message comes later
-        if job.deliveries >= settings.CTXHUB_JOB_MAX_DELIVERIES:
-            _finish(
-                job,
-                JobStatus.FAILED,
-                error=(
-                    f"gave up after {job.deliveries} attempts that never finished: each one "
-                    "ended with its worker (killed, or out of memory)"
-                ),
-            )
+        if _killed(job) >= settings.CTXHUB_JOB_MAX_DELIVERIES:
+            _finish(job, JobStatus.FAILED, error=_killed_reason(job))
             return None
         job.status = JobStatus.RUNNING
         job.deliveries += 1
@@ -145,6 +139,20 @@ def claim(job_id: str) -> CompactionJob | None:
         job.heartbeat_at = now
         job.save(update_fields=["status", "deliveries", "started_at", "heartbeat_at"])
     return job
+
+
+def _killed(job: CompactionJob) -> int:
+    """Deliveries of the job that never finished. Every delivery is counted when claimed; one
+    that ended in a retry (the summariser failed in a way worth retrying) did finish, and is
+    counted against ``CTXHUB_JOB_MAX_RETRIES`` instead."""
+    return job.deliveries - job.retries
+
+
+def _killed_reason(job: CompactionJob) -> str:
+    return (
+        f"gave up after {_killed(job)} attempts that never finished: each one ended with its "
+        "worker (killed, or out of memory)"
+    )
 
 
 def _finish(job: CompactionJob, status: str, *, outcome: str = "", error: str = "") -> None:
@@ -465,15 +473,8 @@ def sweep() -> dict[str, int]:
                 job.heartbeat_at is None or job.heartbeat_at >= stale
             ):
                 continue
-            if job.deliveries >= settings.CTXHUB_JOB_MAX_DELIVERIES:
-                _finish(
-                    job,
-                    JobStatus.FAILED,
-                    error=(
-                        f"gave up after {job.deliveries} attempts that never finished: each "
-                        "one ended with its worker (killed, or out of memory)"
-                    ),
-                )
+            if _killed(job) >= settings.CTXHUB_JOB_MAX_DELIVERIES:
+                _finish(job, JobStatus.FAILED, error=_killed_reason(job))
                 failed += 1
                 continue
             job.status = JobStatus.QUEUED

@@ -204,6 +204,24 @@ def test_a_rate_limited_summariser_is_retried_after_its_retry_after(
     assert len(summarised.requests) == 4
 
 
+def test_a_run_of_transient_failures_is_counted_as_retries_not_killed_workers(
+    broker: None, summarised: FakeOpenAI, alice: Any
+) -> None:
+    """More retried deliveries than CTXHUB_JOB_MAX_DELIVERIES (3), each of which finished:
+    none was a killed worker, so the job goes on until the summariser answers."""
+    session = session_for(alice)
+    # Three job-level failures: the OpenAI client retries twice on its own each time.
+    summarised.failures = [(429, {"retry-after": "0"})] * 9
+    with celery_worker(LOGS / "compaction-worker-retries.log", env=worker_env(summarised)):
+        job = services.request_compaction(session).job
+        wait_for(lambda: job_status(job) in ("done", "failed"), timeout=120, what="the job")
+    job.refresh_from_db()
+    assert (job.status, job.error) == ("done", "")
+    assert job.retries == 3
+    assert job.deliveries == 4
+    assert Compaction.objects.filter(session=session).count() == 1
+
+
 def test_the_same_request_twice_makes_one_summariser_call_and_concurrent_ones_are_told(
     broker: None, summarised: FakeOpenAI, alice: Any
 ) -> None:

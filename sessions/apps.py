@@ -11,4 +11,4 @@ class AgentSessionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from sessions import checks  # noqa: F401  (registers the system checks)
+        from sessions import checks, revocation  # noqa: F401  (system checks, receivers)

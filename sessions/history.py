@@ -45,6 +45,7 @@ class UnreadableMessage(Exception):
         self.seq = seq
         self.reason = reason
 
+
 # Messages are read from the database as the engine asks for them, reading ahead in the
 # direction it walks: it walks runs of positions (the kept tail, newest first, skipping the
 # small ones it need not open; a compaction, everything forward) and touches a few isolated

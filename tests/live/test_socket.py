@@ -17,6 +17,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from sessions import services
 from sessions.api.keys import create_key
+from sessions.revocation import REVOKED
 from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session, result, user
 from tests.processes import asgi_server
@@ -155,3 +156,63 @@ def test_every_socket_hears_every_append_whichever_process_holds_it(
             while len(heard) < 6:
                 heard |= set(re.findall(r'id="msg-(\d+)"', str(socket.recv(timeout=15))))
             assert heard == {str(seq) for seq in range(6)}
+
+
+def _closed_with(socket: ClientConnection, code: int) -> bool:
+    """Whether the server closes ``socket`` with ``code`` within a few seconds."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        while True:
+            socket.recv(timeout=10)
+    except ConnectionClosed as closed:
+        return closed.rcvd is not None and closed.rcvd.code == code
+    except TimeoutError:
+        return False
+
+
+def test_logging_out_closes_that_logins_sockets_only(server: str, alice: object) -> None:
+    session = make_session(alice)
+    phone, laptop = Client(), Client()
+    phone.force_login(alice)
+    laptop.force_login(alice)
+    cookie = {c: f"sessionid={c.cookies['sessionid'].value}" for c in (phone, laptop)}
+    with (
+        _open(server, session.pk, cookie[phone]) as on_phone,
+        _open(server, session.pk, cookie[laptop]) as on_laptop,
+    ):
+        assert phone.post("/logout/").status_code == 302
+        assert _closed_with(on_phone, REVOKED)
+        # The other login still watches, and still hears appends.
+        services.append_message(session, user("still watching"))
+        assert "still watching" in on_laptop.recv(timeout=15)
+    # Logged out, the page's reconnection is refused.
+    with pytest.raises(InvalidStatus):
+        _open(server, session.pk, cookie[phone])
+
+
+@pytest.mark.parametrize("change", ["deactivated", "no longer staff", "deleted"])
+def test_a_user_whose_rights_go_loses_every_socket(
+    server: str, alice: object, django_user_model: Any, change: str
+) -> None:
+    session = make_session(alice)
+    carol = django_user_model.objects.create_user("carol", password="pw", is_staff=True)
+    with _open(server, session.pk, _cookie(carol)) as socket:
+        if change == "deactivated":
+            carol.is_active = False
+            carol.save()
+        elif change == "no longer staff":
+            carol.is_staff = False
+            carol.save(update_fields=["is_staff"])
+        else:
+            carol.delete()
+        assert _closed_with(socket, REVOKED)
+
+
+def test_a_users_other_changes_leave_their_sockets_open(server: str, alice: Any) -> None:
+    session = make_session(alice)
+    with _open(server, session.pk, _cookie(alice)) as socket:
+        alice.first_name = "Alice"
+        alice.save()
+        services.append_message(session, user("after the edit"))
+        assert "after the edit" in socket.recv(timeout=15)

@@ -105,7 +105,10 @@ document.addEventListener("input", (event) => {
 });
 
 document.addEventListener("htmx:beforeRequest", (event) => {
-  if (event.detail.elt.id === "chat-form") typedSinceSent = false;
+  if (event.detail.elt.id !== "chat-form") return;
+  typedSinceSent = false;
+  const answer = document.getElementById("chat-answer");
+  if (answer) answer.textContent = ""; // the last command's answer goes with a new prompt
 });
 
 document.addEventListener("htmx:afterRequest", (event) => {

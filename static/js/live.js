@@ -118,3 +118,19 @@ document.addEventListener("click", (event) => {
     }
   }
 });
+
+// A clear that went through: the form is emptied and says what happened.
+document.addEventListener("htmx:afterRequest", (event) => {
+  if (event.detail.elt.id !== "clear-form" || !event.detail.successful) return;
+  event.detail.elt.reset();
+  document.getElementById("clear-answer").textContent =
+    "Cleared: the model now sees nothing before this point. Undo it under Records.";
+});
+
+// Bars are drawn at their data-width (a percentage): the page's content security policy
+// allows no style attributes in its HTML, and styles set from a script are allowed.
+htmx.onLoad((root) => {
+  const bars = root.matches?.("[data-width]") ? [root] : [];
+  bars.push(...(root.querySelectorAll?.("[data-width]") ?? []));
+  for (const bar of bars) bar.style.width = `${bar.dataset.width}%`;
+});

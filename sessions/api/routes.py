@@ -32,6 +32,7 @@ from sessions.api import limits
 from sessions.api.errors import ApiError, dotted_to_path, error_response, field_path, handle
 from sessions.api.keys import authenticate
 from sessions.api.schemas import (
+    ERRORS,
     AppendIn,
     AppendOut,
     CompactionIn,
@@ -214,7 +215,7 @@ def _described(session: AgentSession) -> dict[str, Any]:
     return _session_out(_with_figures(AgentSession.objects.filter(pk=session.pk)).get())
 
 
-@api.post("/sessions", response={201: SessionOut}, tags=["sessions"])
+@api.post("/sessions", response={201: SessionOut, **ERRORS}, tags=["sessions"])
 def create_session(request: HttpRequest, body: SessionIn) -> Status[dict[str, Any]]:
     """A new session."""
     key = _need(request, "write")
@@ -246,7 +247,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         raise ApiError(422, "invalid", "cursor: not one this API gave", field="cursor") from None
 
 
-@api.get("/sessions", response=SessionPage, tags=["sessions"])
+@api.get("/sessions", response={200: SessionPage, **ERRORS}, tags=["sessions"])
 def list_sessions(
     request: HttpRequest, cursor: str | None = None, limit: QueryEx[int, P(ge=1, le=100)] = 20
 ) -> dict[str, Any]:
@@ -265,12 +266,12 @@ def list_sessions(
     }
 
 
-@api.get("/sessions/{session_id}", response=SessionOut, tags=["sessions"])
+@api.get("/sessions/{session_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
 def get_session(request: HttpRequest, session_id: UUID) -> dict[str, Any]:
     return _described(_session(request, session_id, "read"))
 
 
-@api.patch("/sessions/{session_id}", response=SessionOut, tags=["sessions"])
+@api.patch("/sessions/{session_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
 def patch_session(request: HttpRequest, session_id: UUID, body: SessionPatch) -> dict[str, Any]:
     """Change the title, model, window or policy; a new model recounts the stored tokens."""
     session = _session(request, session_id, "write")
@@ -352,7 +353,7 @@ def _idempotent(
     return status, body
 
 
-@api.post("/sessions/{session_id}/messages", response={201: AppendOut}, tags=["messages"])
+@api.post("/sessions/{session_id}/messages", response={201: AppendOut, **ERRORS}, tags=["messages"])
 def append(
     request: HttpRequest,
     session_id: UUID,
@@ -405,7 +406,9 @@ def _stored(row: Message) -> dict[str, Any]:
     }
 
 
-@api.get("/sessions/{session_id}/messages", response=MessagePage, tags=["messages"])
+@api.get(
+    "/sessions/{session_id}/messages", response={200: MessagePage, **ERRORS}, tags=["messages"]
+)
 def messages(
     request: HttpRequest,
     session_id: UUID,
@@ -444,7 +447,7 @@ def _context_answer(messages: list[ModelMessage], report: ContextReport) -> Http
     return HttpResponse(body, content_type="application/json")
 
 
-@api.get("/sessions/{session_id}/context", response=ContextOut, tags=["context"])
+@api.get("/sessions/{session_id}/context", response={200: ContextOut, **ERRORS}, tags=["context"])
 def context(
     request: HttpRequest,
     session_id: UUID,
@@ -471,7 +474,7 @@ def context(
     return _context_answer(found.messages, found.report)
 
 
-@api.post("/govern", response=ContextOut, tags=["context"])
+@api.post("/govern", response={200: ContextOut, **ERRORS}, tags=["context"])
 def govern_stateless(request: HttpRequest, body: GovernIn) -> HttpResponse:
     """Govern a history sent whole (nothing is stored): for agents that keep their own."""
     _need(request, "read")
@@ -501,7 +504,7 @@ def _job_out(job: CompactionJob) -> dict[str, Any]:
 
 @api.post(
     "/sessions/{session_id}/compactions",
-    response={200: dict[str, Any], 202: JobOut},
+    response={200: dict[str, Any], 202: JobOut, **ERRORS},
     tags=["compactions"],
 )
 def compact(request: HttpRequest, session_id: UUID, body: CompactionIn) -> Status[dict[str, Any]]:
@@ -534,7 +537,7 @@ def compact(request: HttpRequest, session_id: UUID, body: CompactionIn) -> Statu
     return Status(202, _job_out(requested.job))
 
 
-@api.get("/jobs/{job_id}", response=JobOut, tags=["compactions"])
+@api.get("/jobs/{job_id}", response={200: JobOut, **ERRORS}, tags=["compactions"])
 def job(request: HttpRequest, job_id: UUID) -> dict[str, Any]:
     key = _need(request, "read")
     found = CompactionJob.objects.filter(pk=job_id, session__owner=key.owner).first()
@@ -543,7 +546,9 @@ def job(request: HttpRequest, job_id: UUID) -> dict[str, Any]:
     return _job_out(found)
 
 
-@api.post("/compactions/{compaction_id}/undo", response=RecordOut, tags=["compactions"])
+@api.post(
+    "/compactions/{compaction_id}/undo", response={200: RecordOut, **ERRORS}, tags=["compactions"]
+)
 def undo_compaction(request: HttpRequest, compaction_id: RecordId) -> dict[str, Any]:
     key = _need(request, "govern")
     record = Compaction.objects.filter(pk=compaction_id, session__owner=key.owner).first()
@@ -553,7 +558,7 @@ def undo_compaction(request: HttpRequest, compaction_id: RecordId) -> dict[str, 
     return {"id": compaction_id, "kind": "compaction", "undone": True}
 
 
-@api.post("/sessions/{session_id}/clear", response={201: RecordOut}, tags=["compactions"])
+@api.post("/sessions/{session_id}/clear", response={201: RecordOut, **ERRORS}, tags=["compactions"])
 def clear(request: HttpRequest, session_id: UUID) -> Status[dict[str, Any]]:
     """The model sees nothing stored so far (the log keeps it; undo with /clears/{id}/undo)."""
     session = _session(request, session_id, "govern")
@@ -561,7 +566,7 @@ def clear(request: HttpRequest, session_id: UUID) -> Status[dict[str, Any]]:
     return Status(201, {"id": record.pk, "kind": "clear", "undone": False})
 
 
-@api.post("/clears/{clear_id}/undo", response=RecordOut, tags=["compactions"])
+@api.post("/clears/{clear_id}/undo", response={200: RecordOut, **ERRORS}, tags=["compactions"])
 def undo_clear(request: HttpRequest, clear_id: RecordId) -> dict[str, Any]:
     key = _need(request, "govern")
     record = Clear.objects.filter(pk=clear_id, session__owner=key.owner).first()
@@ -571,21 +576,27 @@ def undo_clear(request: HttpRequest, clear_id: RecordId) -> dict[str, Any]:
     return {"id": clear_id, "kind": "clear", "undone": True}
 
 
-@api.put("/sessions/{session_id}/pins/{seq}", response=RecordOut, tags=["compactions"])
+@api.put(
+    "/sessions/{session_id}/pins/{seq}", response={200: RecordOut, **ERRORS}, tags=["compactions"]
+)
 def pin(request: HttpRequest, session_id: UUID, seq: RecordId) -> dict[str, Any]:
     session = _session(request, session_id, "govern")
     record = services.pin(session, seq, actor=_key(request).owner)
     return {"id": record.pk, "kind": "pin", "undone": False}
 
 
-@api.delete("/sessions/{session_id}/pins/{seq}", response=RecordOut, tags=["compactions"])
+@api.delete(
+    "/sessions/{session_id}/pins/{seq}", response={200: RecordOut, **ERRORS}, tags=["compactions"]
+)
 def unpin(request: HttpRequest, session_id: UUID, seq: RecordId) -> dict[str, Any]:
     session = _session(request, session_id, "govern")
     record = services.unpin(session, seq, actor=_key(request).owner)
     return {"id": record.pk, "kind": "pin", "undone": True}
 
 
-@api.get("/sessions/{session_id}/evicted/{ref}", response=EvictedOut, tags=["context"])
+@api.get(
+    "/sessions/{session_id}/evicted/{ref}", response={200: EvictedOut, **ERRORS}, tags=["context"]
+)
 def evicted(
     request: HttpRequest,
     session_id: UUID,

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from ninja import Field, Schema
 from ninja.schema import DjangoGetter
-from pydantic import field_validator, model_validator
+from pydantic import ConfigDict, field_validator, model_validator
 
 from ..payloads import bad_text
 
@@ -158,3 +158,24 @@ class GovernIn(_Body):
     messages: list[dict[str, Any]] = Field(max_length=100_000)
     model: str = Field(min_length=1, max_length=200)
     policy: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorDetail(Schema):
+    """What went wrong: a stable ``code``, a sentence, the field at fault (null: the request as
+    a whole), and details some errors add (``job``, ``next_seq``, ``seq``, ``errors``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorOut(Schema):
+    error: ErrorDetail
+
+
+# The refusals any operation may answer; 429 and 503 carry Retry-After.
+ERRORS: dict[frozenset[int], type[ErrorOut]] = {
+    frozenset({400, 401, 403, 404, 409, 413, 422, 429, 503}): ErrorOut
+}

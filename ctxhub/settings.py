@@ -233,6 +233,11 @@ if REDIS_URL:
 # the next prompt comes.
 CTXHUB_CHAT_MODEL = env_str("CTXHUB_CHAT_MODEL") or "offline:demo"
 CTXHUB_CHAT_STALE_SECONDS = env_int("CTXHUB_CHAT_STALE_SECONDS", 60, minimum=5)
+
+# Each open session socket checks this often that the channel layer still holds its groups
+# (Redis may lose them: a flush, a failover, eviction); one that lost them asks its page to
+# reconnect, which rejoins and catches up from the log.
+CTXHUB_SOCKET_HEARTBEAT_SECONDS = env_int("CTXHUB_SOCKET_HEARTBEAT_SECONDS", 20, minimum=1)
 # The offline demo model streams a word every this many milliseconds (its tools take ten
 # times as long), so its answers can be watched and stopped like a real model's.
 CTXHUB_DEMO_PACE_MS = env_int("CTXHUB_DEMO_PACE_MS", 30)

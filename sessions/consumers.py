@@ -1,15 +1,28 @@
-"""The live socket of one session: forwards the session group's HTML pushes to the browser."""
+"""The live socket of one session: forwards the session group's HTML pushes to the browser.
+
+Group memberships live in the channel layer (Redis), which can lose them while the socket
+stays open: a flush, a failover, keys evicted. So each socket also belongs to a group of its
+own and sends itself a heartbeat through it every ``CTXHUB_SOCKET_HEARTBEAT_SECONDS``; one
+that does not come back by the next beat means the memberships are gone, and the socket is
+closed with 1012 (service restart), which the page answers by reconnecting: the new socket
+joins again, and the page catches up on what it missed from the database."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
+from uuid import uuid4
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from sessions import revocation
 from sessions.access import may_see
 from sessions.models import AgentSession
+
+log = logging.getLogger(__name__)
 
 
 @database_sync_to_async
@@ -21,8 +34,20 @@ def _visible_session(user: Any, session_id: str) -> AgentSession | None:
     return session if session is not None and may_see(user, session) else None
 
 
+# The consumer method a heartbeat reaches, and the close code pages reconnect after.
+HEARTBEAT = "socket.heartbeat"
+SERVICE_RESTART = 1012
+
+
 class SessionConsumer(AsyncWebsocketConsumer):
     groups_joined: tuple[str, ...] = ()
+    beating: asyncio.Task[None] | None = None
+    heard = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A group of this socket alone: group names allow no "!", which channel names hold.
+        self.heartbeat_group = f"socket.{uuid4().hex}"
 
     async def connect(self) -> None:
         user: Any = self.scope["user"]
@@ -34,7 +59,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         # The session's pushes, and word to close when the watcher may no longer watch
         # (``sessions.revocation``): a logout of this login, or a change of the user's rights.
-        groups = [session.group_name, revocation.user_group(user.pk)]
+        groups = [session.group_name, revocation.user_group(user.pk), self.heartbeat_group]
         session_key = getattr(self.scope.get("session"), "session_key", None)
         if session_key:
             groups.append(revocation.login_group(session_key))
@@ -42,10 +67,33 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = tuple(groups)
         await self.accept()
+        self.beating = asyncio.create_task(self._beat())
 
     async def disconnect(self, code: int) -> None:
+        if self.beating is not None:
+            self.beating.cancel()
         for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception as error:  # the layer is away: its groups expire on their own
+                log.warning("leaving %s failed: %s", group, error)
+
+    async def _beat(self) -> None:
+        interval = settings.CTXHUB_SOCKET_HEARTBEAT_SECONDS
+        while True:
+            self.heard = False
+            try:
+                await self.channel_layer.group_send(self.heartbeat_group, {"type": HEARTBEAT})
+            except Exception as error:
+                log.warning("socket heartbeat not sent: %s", error)
+            await asyncio.sleep(interval)
+            if not self.heard:
+                log.info("socket %s lost its groups: its page is asked to reconnect", self.channel_name)
+                await self.close(code=SERVICE_RESTART)
+                return
+
+    async def socket_heartbeat(self, event: dict[str, Any]) -> None:
+        self.heard = True
 
     async def socket_revoke(self, event: dict[str, Any]) -> None:
         await self.close(code=revocation.REVOKED)

@@ -182,6 +182,9 @@ else:
 
 # https://docs.celeryq.dev/en/stable/django/first-steps-with-django.html
 CELERY_BROKER_URL = REDIS_URL or "memory://"
+if REDIS_URL:
+    # Redis's transport, surviving Redis going away under unacknowledged messages.
+    CELERY_BROKER_TRANSPORT = "ctxhub.broker:Transport"
 CELERY_RESULT_BACKEND = REDIS_URL or None
 # One result backend (and its Redis pool) per process: by default Celery makes one per thread,
 # and a web process runs each request in a new thread.

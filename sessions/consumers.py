@@ -88,7 +88,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 log.warning("socket heartbeat not sent: %s", error)
             await asyncio.sleep(interval)
             if not self.heard:
-                log.info("socket %s lost its groups: its page is asked to reconnect", self.channel_name)
+                log.info(
+                    "socket %s lost its groups: its page is asked to reconnect", self.channel_name
+                )
                 await self.close(code=SERVICE_RESTART)
                 return
 

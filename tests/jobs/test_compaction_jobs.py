@@ -18,7 +18,7 @@ from channels.layers import get_channel_layer
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from ctxhub.celery import app as celery_app
-from sessions import services, snapshots
+from sessions import services, snapshots, tasks
 from sessions.history import REMEMBERED
 from sessions.models import AuditEvent, Compaction, CompactionJob, GovernedSnapshot, Message
 from sessions.services import governed as governed_module
@@ -368,3 +368,25 @@ def test_a_worker_refreshes_the_snapshot_after_an_append(
 
 def _must_not_govern(*args: Any) -> Any:
     raise AssertionError("governed instead of reading the snapshot")
+
+
+def test_the_worker_outlives_redis_restarts_while_it_holds_messages(
+    own_redis: OwnRedis, summarised: FakeOpenAI, alice: Any
+) -> None:
+    """Every append queues a settle run the worker holds until its countdown: Redis restarting
+    under such unacknowledged messages must not end the worker (kombu can fail while it
+    restores them); afterwards it runs jobs as before."""
+    log = LOGS / "compaction-worker-restarts.log"
+    env = worker_env(summarised, redis_url=own_redis.url)
+    with celery_worker(log, env=env, beat=True) as proc:
+        for attempt in range(3):
+            session = session_for(alice)
+            tasks.settle_session.apply_async(args=(str(session.pk), False), countdown=30)
+            time.sleep(1)  # the worker has it, unacknowledged, waiting for its countdown
+            own_redis.stop()
+            own_redis.start()
+            time.sleep(2)
+            assert proc.poll() is None, f"the worker ended at restart {attempt + 1}"
+        session = session_for(alice)
+        job = services.request_compaction(session).job
+        wait_for(lambda: job_status(job) == "done", timeout=90, what="a job after the restarts")

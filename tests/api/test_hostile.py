@@ -177,3 +177,20 @@ def test_a_stored_message_that_cannot_be_read_back_breaks_no_listing(
     assert error["code"] == "unreadable_message"
     assert error["seq"] == 1
     assert api.get(f"/sessions/{healthy.pk}/context").status_code == 200
+
+
+def test_an_encoded_lone_surrogate_is_a_422_naming_the_field(api: Api, alice: Any) -> None:
+    session = make_session(alice)
+    raw = (
+        b'{"messages": [{"kind": "request", "parts": [{"part_kind": "user-prompt", '
+        b'"content": "a\xed\xa0\x80b"}]}]}'
+    )
+    answer = api.client.post(
+        f"/api/v1/sessions/{session.pk}/messages",
+        raw,
+        content_type="application/json",
+        headers=api.auth,
+    )
+    # The bytes ED A0 80: a surrogate encoded as if it were a character, not UTF-8.
+    assert refused(answer)["field"] == "messages[0].parts[0].content"
+    assert not Message.objects.exists()

@@ -5,7 +5,6 @@ rejoins and catches up from the log."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,18 +26,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 RECONNECTED_AFTER = {1006, 1011, 1012, 1013}
 
 
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+@pytest.fixture(scope="module")
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRedis]:
     required_env("REDIS_URL")
-    server = OwnRedis(tmp_path)
+    server = OwnRedis(tmp_path_factory.mktemp("redis"))
     server.start()
     yield server
     if server.up():
         server.stop()
 
 
-@pytest.fixture
-def web(own_redis: OwnRedis) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def web(own_redis: OwnRedis, django_db_setup: None) -> Iterator[str]:
     """A web server whose channel layer is that Redis, its sockets beating every second."""
     env = {"REDIS_URL": own_redis.url, "CTXHUB_SOCKET_HEARTBEAT_SECONDS": "1"}
     with asgi_server(ARTIFACTS / "logs" / "web-redis-restart.log", env=env) as url:

@@ -9,8 +9,10 @@ from typing import Any
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core.exceptions import SuspiciousFileOperation
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
+from django.http import Http404
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
 # Django must be set up before anything that imports models.
@@ -103,12 +105,23 @@ get_resolver().url_patterns  # noqa: B018
 for encoding in ("o200k_base", "cl100k_base"):
     load_encoding(encoding)
 
+
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static files handler, answering 404 to a path that climbs out of the static
+    directories (``/static/..%2f..%2fsettings.py``): Django refuses to open it, but its
+    handler lets the refusal through as a server error."""
+
+    def serve(self, request: Any) -> Any:
+        try:
+            return super().serve(request)
+        except SuspiciousFileOperation:
+            raise Http404("no such file") from None
+
+
 application = ProtocolTypeRouter(
     {
         # One server for pages, static files and sockets: no separate static server to run.
-        "http": RequestLimit(
-            ASGIStaticFilesHandler(django_asgi_app), settings.CTXHUB_CONCURRENT_REQUESTS
-        ),
+        "http": RequestLimit(StaticFiles(django_asgi_app), settings.CTXHUB_CONCURRENT_REQUESTS),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]
         ),

@@ -37,6 +37,8 @@ def _visible_session(user: Any, session_id: str) -> AgentSession | None:
 # The consumer method a heartbeat reaches, and the close code pages reconnect after.
 HEARTBEAT = "socket.heartbeat"
 SERVICE_RESTART = 1012
+# Tries at joining the groups before a handshake is refused (the layer is away).
+JOIN_ATTEMPTS = 4
 
 
 class SessionConsumer(AsyncWebsocketConsumer):
@@ -63,11 +65,26 @@ class SessionConsumer(AsyncWebsocketConsumer):
         session_key = getattr(self.scope.get("session"), "session_key", None)
         if session_key:
             groups.append(revocation.login_group(session_key))
-        for group in groups:
-            await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = tuple(groups)
+        if not await self._join(groups):
+            # Refused, not a server error: the page tries again a moment later.
+            await self.close()
+            return
         await self.accept()
         self.beating = asyncio.create_task(self._beat())
+
+    async def _join(self, groups: list[str]) -> bool:
+        """Join ``groups``, trying again a few times: after Redis restarts, the layer's pooled
+        connections are dead and the first command on one fails before a new one is made."""
+        for attempt in range(JOIN_ATTEMPTS):
+            try:
+                for group in groups:
+                    await self.channel_layer.group_add(group, self.channel_name)
+                return True
+            except Exception as error:
+                log.warning("joining %s failed (attempt %d): %s", groups[0], attempt + 1, error)
+                await asyncio.sleep(0.2 * (attempt + 1))
+        return False
 
     async def disconnect(self, code: int) -> None:
         if self.beating is not None:

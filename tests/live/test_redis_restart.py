@@ -4,6 +4,7 @@ rejoins and catches up from the log."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,16 +79,21 @@ def _close_code(socket: ClientConnection, within: float = 15) -> int | None:
 def test_a_restart_closes_open_sockets_for_their_pages_to_reconnect(
     own_redis: OwnRedis, web: str, alice: Any
 ) -> None:
-    session = make_session(alice)
+    sessions = [make_session(alice) for _ in range(4)]
     cookie = _cookie(alice)
-    with _open(web, session.pk, cookie) as socket:
+    # Several sockets at once: the layer's pool holds several connections, all dead after.
+    with contextlib.ExitStack() as opened:
+        sockets = [opened.enter_context(_open(web, s.pk, cookie)) for s in sessions]
         own_redis.stop()
         own_redis.start()  # empty, and every pooled connection is dead
-        assert _close_code(socket) in RECONNECTED_AFTER
-    # The page's next handshake is accepted, and hears what follows.
-    with _open(web, session.pk, cookie) as socket:
-        _push(own_redis, session.group_name, "<p>after the restart</p>")
-        assert socket.recv(timeout=10) == "<p>after the restart</p>"
+        for socket in sockets:
+            assert _close_code(socket) in RECONNECTED_AFTER
+    # The pages' next handshakes are accepted (each takes a pooled connection, dead or not),
+    # and hear what follows.
+    for session in sessions:
+        with _open(web, session.pk, cookie) as socket:
+            _push(own_redis, session.group_name, "<p>after the restart</p>")
+            assert socket.recv(timeout=10) == "<p>after the restart</p>"
 
 
 def test_a_socket_whose_groups_were_lost_asks_its_page_to_reconnect(

@@ -65,6 +65,8 @@ class RecordState:
     clear_id: int | None
     compactions: tuple[AppliedCompaction, ...]
     """Applied compactions, in log order (non-overlapping)."""
+    pins: tuple[int, ...]
+    """Seqs of the active pins, ascending (a pin is a record: it moves the revision too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +143,12 @@ class LazyMessages(Sequence[ModelMessage]):
         """How many messages were parsed so far (for tests and benchmarks)."""
         return len(self._loaded)
 
-    def extended(self, sources: list[Source], inline: dict[int, dict[str, Any]]) -> LazyMessages:
-        """The same history grown at its end: what was parsed is shared."""
+    def extended(
+        self, sources: list[Source], inline: dict[int, dict[str, Any]], raw: dict[int, str]
+    ) -> LazyMessages:
+        """The same history grown at its end: what was parsed is shared; ``raw``: payloads of
+        the new messages, already read."""
+        self._raw.update(raw)
         return LazyMessages(self._session_id, sources, inline, self._loaded, self._raw)
 
     def _load(self, index: int) -> ModelMessage:
@@ -246,7 +252,8 @@ def record_state(session: AgentSession, revision: int | None = None) -> RecordSt
             continue
         applied.append(AppliedCompaction(pk, first, last, tuple(replacement)))
     applied.sort(key=lambda a: a.first_seq)
-    return RecordState(revision, from_seq, clear[0] if clear else None, tuple(applied))
+    pins = tuple(pinned_seqs(session))
+    return RecordState(revision, from_seq, clear[0] if clear else None, tuple(applied), pins)
 
 
 def _facts(data: Any, encoding: str, wanted: str) -> MessageFacts | None:
@@ -291,11 +298,25 @@ def _visible(session_id: Any, state: RecordState, after_seq: int) -> QuerySet[Me
 
 
 def _log_rows(
-    session_id: Any, state: RecordState, after_seq: int, tokenizer: Tokenizer
+    session_id: Any,
+    state: RecordState,
+    after_seq: int,
+    tokenizer: Tokenizer,
+    *,
+    payloads: dict[int, str] | None = None,
 ) -> list[tuple[int, MessageFacts]]:
-    """(seq, facts) of the log messages after ``after_seq`` the records leave visible."""
-    rows = _visible(session_id, state, after_seq)
-    found = list(rows.order_by("seq").values_list("seq", "facts", "encoding"))
+    """(seq, facts) of the log messages after ``after_seq`` the records leave visible.
+    ``payloads``: also read their raw payloads into it, in the same query (for the few
+    messages appended since a history was built: the engine reads each of them)."""
+    rows = _visible(session_id, state, after_seq).order_by("seq")
+    if payloads is None:
+        found = list(rows.values_list("seq", "facts", "encoding"))
+    else:
+        with_raw = rows.annotate(raw=Cast("payload", output_field=TextField()))
+        found = []
+        for seq, data, encoding, raw in with_raw.values_list("seq", "facts", "encoding", "raw"):
+            found.append((seq, data, encoding))
+            payloads[seq] = raw
     wanted = tokenizer.encoding_name
     parsed = [(seq, _facts(data, encoding, wanted)) for seq, data, encoding in found]
     stale = [seq for seq, facts in parsed if facts is None]
@@ -326,8 +347,10 @@ def _build(
     rows: list[tuple[int, MessageFacts]],
     tokenizer: Tokenizer,
     base: EffectiveHistory | None,
+    payloads: dict[int, str] | None = None,
 ) -> EffectiveHistory:
-    """The effective history from log rows (after ``base``, when extending it)."""
+    """The effective history from log rows (after ``base``, when extending it, with the new
+    rows' ``payloads`` if they were read)."""
     if base is not None:
         sources, facts, inline = list(base.sources), list(base.facts), dict(base.inline)
         tokens, last_seq = base.tokens, base.last_seq
@@ -358,7 +381,7 @@ def _build(
     if seqs:
         last_seq = max(last_seq, seqs[-1])
     messages = (
-        base.messages.extended(sources, inline)
+        base.messages.extended(sources, inline, payloads or {})
         if base is not None
         else LazyMessages(session_id, sources, inline)
     )
@@ -440,8 +463,9 @@ def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> 
     ):
         if known.last_seq == last_seq:
             return known
-        rows = _log_rows(session.pk, known.state, known.last_seq, tokenizer)
-        history = _build(session.pk, encoding, known.state, rows, tokenizer, known)
+        payloads: dict[int, str] = {}
+        rows = _log_rows(session.pk, known.state, known.last_seq, tokenizer, payloads=payloads)
+        history = _build(session.pk, encoding, known.state, rows, tokenizer, known, payloads)
     else:
         state = record_state(session, revision)
         rows = _log_rows(session.pk, state, -1, tokenizer)

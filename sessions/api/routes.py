@@ -175,7 +175,7 @@ def _session(request: HttpRequest, session_id: UUID, scope: str) -> AgentSession
     """The key owner's session; another's is a 404, whatever the key's scopes."""
     key = _need(request, scope)
     try:
-        return AgentSession.objects.get(pk=session_id, owner=key.owner)
+        return AgentSession.objects.get(pk=session_id, owner_id=key.owner_id)
     except AgentSession.DoesNotExist:
         raise ApiError(404, "not_found", f"no session {session_id}") from None
 
@@ -335,17 +335,17 @@ def _idempotent(
             )
         return found.status, found.body
 
-    earlier = stored()
-    if earlier is not None:
-        return earlier
+    # Run first, look for an earlier answer only when that fails: a retry is rare, so the
+    # common request pays no read. A retry's writes are rolled back with its answer's row
+    # (the key is unique); a retry refused by the session's state now (``expected_seq`` has
+    # moved on) is answered from the first attempt all the same.
     try:
         with transaction.atomic():
             status, body = run()
             IdempotentRequest.objects.create(
                 api_key=api_key, key=key, fingerprint=fingerprint, status=status, body=body
             )
-    except IntegrityError:
-        # A concurrent retry stored its answer first: this one's writes were rolled back.
+    except (IntegrityError, ServiceError):
         earlier = stored()
         if earlier is None:
             raise

@@ -133,17 +133,18 @@ def governed_context(session: AgentSession, *, policy: Policy | None = None) -> 
     is governed cold and the snapshot written for the next process.
     """
     wait_for_warm_up(session)
-    pins = pinned_seqs(session)
-    warm = is_remembered(session)
+    key = None
     # Snapshots are for a process that holds nothing of the session, under its own policy.
-    key = None if warm or policy is not None else snapshots.key(session, pins)
-    if key is not None:
+    if policy is None and not is_remembered(session):
+        pins = pinned_seqs(session)
+        key = snapshots.key(session, pins)
         found = snapshots.read(session, key)
         if found is not None:
             messages, report, seqs = found
             _warm_up_later(session)
             return GovernedContext(session, messages, seqs, pins, report=report)
     history = effective_history(session)
+    pins = list(history.state.pins)
     governed = _govern(session, history, pins, policy)
     if governed.evicted:
         _store_evicted(session, history, governed)
@@ -184,9 +185,8 @@ class _WarmUp(threading.Thread):
     def run(self) -> None:
         self.now.wait(WARM_UP_DELAY_SECONDS)
         try:
-            governed = _govern(
-                self.session, effective_history(self.session), pinned_seqs(self.session), None
-            )
+            history = effective_history(self.session)
+            governed = _govern(self.session, history, list(history.state.pins), None)
             _ = governed.report
         except Exception:  # only a warm-up: the next call governs cold and says why if it fails
             log.exception("warming up session %s failed", self.session.pk)

@@ -100,8 +100,10 @@ def append_messages(
         # Updating the session row locks it until commit, so concurrent appends to one
         # session take turns and get consecutive, unique seq numbers.
         AgentSession.objects.filter(pk=session.pk).update(updated_at=timezone.now())
-        last = session.messages.aggregate(last=Max("seq"))["last"]
-        start = 0 if last is None else last + 1
+        # The log's size comes with its end: the live meter and the compaction check need it
+        # after commit, and the lock makes it exact here.
+        before = session.messages.aggregate(last=Max("seq"), tokens=Sum("tokens"))
+        start = 0 if before["last"] is None else before["last"] + 1
         if expected_seq is not None and expected_seq != start:
             raise Conflict(
                 f"expected_seq is {expected_seq} but the next message would be #{start}: "
@@ -115,15 +117,23 @@ def append_messages(
                 for i, (m, payload) in enumerate(zip(messages, payloads, strict=True))
             ]
         )
-        transaction.on_commit(lambda: _appended(session, rows, auto_compact=auto_compact))
+        totals = TokenTotals(
+            messages=start + len(rows),
+            tokens=(before["tokens"] or 0) + sum(row.tokens for row in rows),
+            window=session_window(session),
+            encoding=tokenizer.encoding_name,
+            exact=tokenizer.exact,
+        )
+        transaction.on_commit(lambda: _appended(session, rows, totals, auto_compact=auto_compact))
     return rows
 
 
-def _appended(session: AgentSession, rows: list[Message], *, auto_compact: bool) -> None:
+def _appended(
+    session: AgentSession, rows: list[Message], totals: TokenTotals, *, auto_compact: bool
+) -> None:
     """Once committed: push the messages live and settle the session; the append is stored,
     so nothing here may turn it into an error."""
     try:
-        totals = token_totals(session, newest=rows[-1])
         live.messages_appended(session, rows, totals)
         # The whole log is an upper bound of what the model sees: below the soft threshold,
         # no compaction can be due, and the check costs nothing more.
@@ -174,19 +184,14 @@ class TokenTotals:
         return 100.0 * self.tokens / self.window if self.window else 0.0
 
 
-def token_totals(session: AgentSession, *, newest: Message | None = None) -> TokenTotals:
+def token_totals(session: AgentSession) -> TokenTotals:
     """The size of the whole log against the session's window, from the cached counts (and
-    the encoding they were made with, as stored: no encoding is loaded for it). ``newest``:
-    the session's newest message, when the caller holds it."""
+    the encoding they were made with, as stored: no encoding is loaded for it)."""
     agg = session.messages.aggregate(tokens=Sum("tokens"), messages=Max("seq"))
-    if newest is not None:
-        counted_with = (newest.encoding, newest.tokens_exact)
-    else:
-        found = session.messages.order_by("-seq").values_list("encoding", "tokens_exact").first()
-        if found is None:
-            tokenizer = session_tokenizer(session)
-            found = (tokenizer.encoding_name, tokenizer.exact)
-        counted_with = found
+    counted_with = session.messages.order_by("-seq").values_list("encoding", "tokens_exact").first()
+    if counted_with is None:
+        tokenizer = session_tokenizer(session)
+        counted_with = (tokenizer.encoding_name, tokenizer.exact)
     return TokenTotals(
         messages=0 if agg["messages"] is None else agg["messages"] + 1,
         tokens=agg["tokens"] or 0,

@@ -229,6 +229,22 @@ def test_an_append_is_idempotent_with_its_key(api: Api, session: AgentSession) -
     assert api.call("post", path, body).json()["first_seq"] == 2
 
 
+def test_a_retry_whose_expected_seq_has_passed_gets_the_first_answer(
+    api: Api, session: AgentSession
+) -> None:
+    path = f"/sessions/{session.pk}/messages"
+    body = {"messages": as_json([user("hello")]), "expected_seq": 0}
+    first = api.call("post", path, body, {"Idempotency-Key": "turn-1"})
+    assert first.status_code == 201
+    again = api.call("post", path, body, {"Idempotency-Key": "turn-1"})
+    assert (again.status_code, again.json()) == (201, first.json())
+    # Without the key, the same body is refused: the log has moved past seq 0.
+    conflict = api.call("post", path, body)
+    assert conflict.status_code == 409
+    assert error(conflict)["field"] == "expected_seq"
+    assert Message.objects.filter(session=session).count() == 1
+
+
 LONE_SURROGATE = "a\ud800b"  # a JSON "\ud800" escape without its pair
 
 

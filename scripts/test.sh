@@ -27,9 +27,27 @@ env -u DATABASE_URL -u REDIS_URL CTXHUB_DATA_DIR="$work/embedded" \
   .venv/bin/pytest -m smoke -p no:cacheprovider -q >"$work/smoke.log" 2>&1 &
 smoke=$!
 
+# The job tests spend most of their time waiting for real workers to start, die and time out:
+# a whole run gives them their own pytest beside the rest (own test database, own Redis
+# database). Arguments select tests for one run instead.
+jobs=""
+main=("$@")
+if [ $# -eq 0 ]; then
+  say "job tests with real Celery workers, beside the suite"
+  DATABASE_URL="${DATABASE_URL%/*}/ctxhub_jobs" REDIS_URL="${REDIS_URL%/*}/1" \
+    .venv/bin/pytest tests/jobs -p no:cacheprovider >"$work/jobs.log" 2>&1 &
+  jobs=$!
+  main=(--ignore=tests/jobs)
+fi
+
 say "test suite on PostgreSQL + Redis"
 status=0
-.venv/bin/pytest "$@" || status=$?
+.venv/bin/pytest "${main[@]}" || status=$?
+if [ -n "$jobs" ]; then
+  say "job tests"
+  wait "$jobs" || status=1
+  cat "$work/jobs.log"
+fi
 
 say "lint and types"
 wait "$lint" || status=1

@@ -115,43 +115,36 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
     deadline = time.monotonic() + GOVERN_BUDGET_SECONDS
     # Sessions this process carries first: governing them costs next to nothing.
     rows.sort(key=lambda s: not is_remembered(s))
-    listed = [
-        _row_or_fault(s, user, pins.get(s.pk, []), known.get(s.pk), statuses.get(s.pk), deadline)
-        for s in rows
-    ]
+    listed = []
+    for s in rows:
+        try:
+            row = _row(s, user, pins.get(s.pk, []), known.get(s.pk), statuses.get(s.pk), deadline)
+        except Exception as error:
+            row = _faulted_row(s, user, error)
+        listed.append(row)
     return sort_rows(listed, sort)
 
 
-def _row_or_fault(
-    session: Any,
-    user: Any,
-    pins: list[int],
-    snapshot: dict[str, Any] | None,
-    status: tuple[str, str] | None,
-    deadline: float,
-) -> FleetRow:
-    """``_row``; or, when the session cannot be governed (a stored row no longer reads), the
-    row with what is known and the fault, so one session never takes the listing down."""
-    try:
-        return _row(session, user, pins, snapshot, status, deadline)
-    except Exception as error:
-        log.exception("fleet row of session %s", session.pk)
-        return FleetRow(
-            session=session,
-            owned=session.owner_id == user.pk,
-            messages=session.message_count,
-            log_tokens=session.log_tokens or 0,
-            governed=None,
-            governed_current=False,
-            budget=0,
-            window=session.context_window or 0,
-            threshold=0,
-            headroom=0,
-            auto=False,
-            compactions=session.compaction_count,
-            status="failed",
-            status_detail=f"cannot be governed: {type(error).__name__}: {str(error)[:200]}",
-        )
+def _faulted_row(session: Any, user: Any, error: Exception) -> FleetRow:
+    """The row of a session that cannot be governed (a stored row no longer reads): what is
+    known, and the fault, so one session never takes the listing down."""
+    log.error("fleet row of session %s", session.pk, exc_info=error)
+    return FleetRow(
+        session=session,
+        owned=session.owner_id == user.pk,
+        messages=session.message_count,
+        log_tokens=session.log_tokens or 0,
+        governed=None,
+        governed_current=False,
+        budget=0,
+        window=session.context_window or 0,
+        threshold=0,
+        headroom=0,
+        auto=False,
+        compactions=session.compaction_count,
+        status="failed",
+        status_detail=f"cannot be governed: {type(error).__name__}: {str(error)[:200]}",
+    )
 
 
 def _row(

@@ -5,7 +5,10 @@ stays open: a flush, a failover, keys evicted. So each socket also belongs to a 
 own and sends itself a heartbeat through it every ``CTXHUB_SOCKET_HEARTBEAT_SECONDS``; one
 that does not come back by the next beat means the memberships are gone, and the socket is
 closed with 1012 (service restart), which the page answers by reconnecting: the new socket
-joins again, and the page catches up on what it missed from the database."""
+joins again, and the page catches up on what it missed from the database.
+
+The same beat keeps the session marked as watched (``sessions.live``): pushes are rendered only
+for sessions a socket watches."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from sessions import revocation
+from sessions import live, revocation
 from sessions.access import may_see
 from sessions.models import AgentSession
 
@@ -43,6 +46,7 @@ JOIN_ATTEMPTS = 4
 
 class SessionConsumer(AsyncWebsocketConsumer):
     groups_joined: tuple[str, ...] = ()
+    watching: object = None
     beating: asyncio.Task[None] | None = None
     heard = False
 
@@ -66,6 +70,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if session_key:
             groups.append(revocation.login_group(session_key))
         self.groups_joined = tuple(groups)
+        self.watching = session.pk
+        # Marked before joining: an append that saw no mark committed before this socket
+        # opened, and the page reads it when it catches up.
+        await self._mark_watched()
         if not await self._join(groups):
             # Refused, not a server error: the page tries again a moment later.
             await self.close()
@@ -86,6 +94,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await asyncio.sleep(0.2 * (attempt + 1))
         return False
 
+    async def _mark_watched(self) -> None:
+        try:
+            await live.mark_watched(self.watching)
+        except Exception as error:  # the cache is away: pushes are tried unmarked meanwhile
+            log.warning("session %s not marked as watched: %s", self.watching, error)
+
     async def disconnect(self, code: int) -> None:
         if self.beating is not None:
             self.beating.cancel()
@@ -99,6 +113,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         interval = settings.CTXHUB_SOCKET_HEARTBEAT_SECONDS
         while True:
             self.heard = False
+            await self._mark_watched()
             try:
                 await self.channel_layer.group_send(self.heartbeat_group, {"type": HEARTBEAT})
             except Exception as error:

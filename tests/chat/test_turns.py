@@ -26,7 +26,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from sessions import services
+from sessions import live, services
 from sessions.chat import runner, turns
 from sessions.chat.turns import INTERRUPTED
 from sessions.models import ChatTurn, Message, MessageSource, TurnStatus
@@ -56,6 +56,7 @@ async def watch() -> AsyncIterator[Any]:
     async def start(session: Any) -> Pushes:
         pushes = Pushes()
         channel = await layer.new_channel()
+        await live.mark_watched(session.pk)  # as an open page's socket does
         await layer.group_add(session.group_name, channel)
 
         async def collect() -> None:

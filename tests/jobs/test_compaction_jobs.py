@@ -18,7 +18,7 @@ from channels.layers import get_channel_layer
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from ctxhub.celery import app as celery_app
-from sessions import services, snapshots, tasks
+from sessions import live, services, snapshots, tasks
 from sessions.history import REMEMBERED
 from sessions.models import AuditEvent, Compaction, CompactionJob, GovernedSnapshot, Message
 from sessions.services import governed as governed_module
@@ -105,6 +105,7 @@ def test_a_worker_compacts_and_pushes_its_progress_to_the_session_group(
     session = session_for(alice)
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
+    async_to_sync(live.mark_watched)(session.pk)  # as an open page's socket does
     async_to_sync(layer.group_add)(session.group_name, channel)
     with celery_worker(LOGS / "compaction-worker.log", env=worker_env(summarised)):
         job = services.request_compaction(session, focus="the modules").job

@@ -11,7 +11,7 @@ from channels.layers import get_channel_layer
 from ctxhub.celery import app as celery_app
 from ctxhub.governance.counting import message_facts
 from ctxhub.governance.tokens import tokenizer_for
-from sessions import services, tasks
+from sessions import live, services, tasks
 from sessions.models import Message
 from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session, result, user
@@ -39,6 +39,7 @@ def test_a_worker_recounts_tokens_and_pushes_the_meter(worker: None, alice: obje
     layer = get_channel_layer()
     assert type(layer).__name__ == "RedisChannelLayer"
     channel = async_to_sync(layer.new_channel)()
+    async_to_sync(live.mark_watched)(session.pk)  # as an open page's socket does
     async_to_sync(layer.group_add)(session.group_name, channel)
 
     outcome = tasks.recount_session_tokens.delay(str(session.pk)).get(timeout=60)

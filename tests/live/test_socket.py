@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import time
@@ -11,6 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.test import Client
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -65,6 +68,27 @@ def test_a_message_appended_elsewhere_reaches_the_socket_as_html(
     assert "Run the tests" in html
     assert "42 passed in 3.1s" in html
     assert '<strong data-testid="message-total">3</strong>' in html
+
+
+def test_a_push_is_rendered_only_while_a_socket_watches(server: str, alice: object) -> None:
+    session = make_session(alice)
+    layer = get_channel_layer()
+    listener = async_to_sync(layer.new_channel)()
+    # In the session's group, but not a page's socket: the session is not marked as watched.
+    async_to_sync(layer.group_add)(session.group_name, listener)
+    services.append_message(session, user("nobody watches"))
+    with _open(server, session.pk, _cookie(alice)) as socket:
+        services.append_message(session, user("a page watches"))
+        html = socket.recv(timeout=15)
+    first = async_to_sync(_receive)(layer, listener)
+    assert "a page watches" in html
+    # The first push the group had is the watched append's: the first append pushed nothing.
+    assert "a page watches" in first["html"]
+    assert "nobody watches" not in first["html"]
+
+
+async def _receive(layer: Any, channel: str) -> dict[str, Any]:
+    return await asyncio.wait_for(layer.receive(channel), timeout=15)
 
 
 def test_a_quiet_socket_stays_open_and_still_receives(server: str, alice: object) -> None:

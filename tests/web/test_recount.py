@@ -5,6 +5,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.test import Client
 
+from sessions import live
 from sessions.models import Message
 from tests.factories import make_session, user
 
@@ -19,6 +20,7 @@ def test_recount_refreshes_the_cache_and_pushes_the_meter(client: Client, alice:
     Message.objects.filter(session=session).update(tokens=1)  # a stale cache
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
+    async_to_sync(live.mark_watched)(session.pk)  # as an open page's socket does
     async_to_sync(layer.group_add)(session.group_name, channel)
 
     client.force_login(alice)

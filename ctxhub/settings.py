@@ -130,6 +130,9 @@ DATABASES = {
 # HTTP requests one web process runs at once (the others wait their turn, holding nothing):
 # fewer than its pooled connections, so a running request always finds one.
 CTXHUB_CONCURRENT_REQUESTS = env_int("CTXHUB_CONCURRENT_REQUESTS", 8, minimum=1)
+# Tokens of effective histories one process keeps built between requests (about 20 bytes each):
+# the sessions it serves stay warm as long as they fit.
+CTXHUB_REMEMBERED_TOKENS = env_int("CTXHUB_REMEMBERED_TOKENS", 5_000_000, minimum=0)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The embedded default must start on a fresh clone with nothing prepared.
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)

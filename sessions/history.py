@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Subquery, Sum, TextField
 from django.db.models.functions import Cast
@@ -400,15 +401,24 @@ def _build(
 
 
 class _Remembered:
-    """The effective histories this process built last, per session (a small LRU)."""
+    """The effective histories this process built last, per session: an LRU bounded by the
+    tokens they hold (``CTXHUB_REMEMBERED_TOKENS``), not by their number.
 
-    # A web process serves dozens of agents at once: with fewer, each session's history was
-    # rebuilt from the database between two of its own requests.
-    SIZE = 64
+    A web process serves hundreds of agents at once: bounded at a few dozen histories, each
+    session's was rebuilt from the database between two of its own requests. Bounded by count,
+    a few dozen long sessions would hold gigabytes. A history holds about 20 bytes per token;
+    each counts at least ``ENTRY_TOKENS``, so many empty ones are bounded too."""
+
+    ENTRY_TOKENS = 1_000
 
     def __init__(self) -> None:
         self._items: OrderedDict[Any, EffectiveHistory] = OrderedDict()
+        self._held = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def _weight(cls, history: EffectiveHistory) -> int:
+        return max(history.tokens, cls.ENTRY_TOKENS)
 
     def get(self, key: Any) -> EffectiveHistory | None:
         with self._lock:
@@ -419,14 +429,23 @@ class _Remembered:
 
     def put(self, key: Any, history: EffectiveHistory) -> None:
         with self._lock:
+            earlier = self._items.pop(key, None)
+            if earlier is not None:
+                self._held -= self._weight(earlier)
             self._items[key] = history
-            self._items.move_to_end(key)
-            while len(self._items) > self.SIZE:
-                self._items.popitem(last=False)
+            self._held += self._weight(history)
+            # The newest stays, however large: the request that built it reads it next.
+            while self._held > settings.CTXHUB_REMEMBERED_TOKENS and len(self._items) > 1:
+                _, oldest = self._items.popitem(last=False)
+                self._held -= self._weight(oldest)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._held = 0
 
 
 REMEMBERED = _Remembered()

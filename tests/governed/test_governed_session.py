@@ -24,7 +24,7 @@ from sessions.models import (
     Message,
 )
 from sessions.services import governed as governed_module
-from tests.factories import make_session, result, user
+from tests.factories import agent_turns, make_session, result, user
 from tests.governed.builders import SMALL_POLICY, agentic_session, turn
 from tests.governed.oracle import dump, naive_governed, naive_history
 
@@ -328,3 +328,35 @@ def test_a_process_that_never_governed_a_session_reads_its_snapshot(
 
 def _must_not_govern(session: Any) -> Any:
     raise AssertionError("governed cold instead of reading the snapshot")
+
+
+def test_a_process_keeps_the_histories_that_fit_its_token_budget(alice: Any, settings: Any) -> None:
+    small = [make_session(alice, title=f"small {i}") for i in range(4)]
+    for session in small:
+        services.append_messages(session, [user("hello")], auto_compact=False)
+    large = make_session(alice, title="large")
+    services.append_messages(large, agent_turns(3, 2, "lorem ipsum " * 500), auto_compact=False)
+    weight = REMEMBERED.ENTRY_TOKENS  # what each small history counts for
+    settings.CTXHUB_REMEMBERED_TOKENS = 3 * weight
+    REMEMBERED.clear()
+
+    for session in small:
+        effective_history(session)
+    # The oldest built went to make room; the three that fit stay warm.
+    assert REMEMBERED.get(small[0].pk) is None
+    assert all(REMEMBERED.get(s.pk) is not None for s in small[1:])
+
+    REMEMBERED.get(small[1].pk)  # read: now the most recently used of the three
+    built = effective_history(large)
+    assert built.tokens > 3 * weight
+    # Larger than the whole budget: it alone stays, for the request that built it.
+    assert REMEMBERED.get(large.pk) is built
+    assert len(REMEMBERED) == 1
+
+    settings.CTXHUB_REMEMBERED_TOKENS = built.tokens + weight
+    effective_history(small[1])
+    effective_history(small[2])
+    # Room for one small history beside the large one: the least recently used, the large, went.
+    assert REMEMBERED.get(large.pk) is None
+    assert REMEMBERED.get(small[2].pk) is not None
+    assert REMEMBERED.get(small[1].pk) is not None

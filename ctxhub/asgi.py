@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from typing import Any
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.exceptions import SuspiciousFileOperation
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted, SuspiciousFileOperation
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
-from django.http import Http404
+from django.http import FileResponse, Http404
+from django.urls import set_script_prefix
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
 # Django must be set up before anything that imports models.
@@ -25,16 +28,18 @@ class FinishingASGIHandler(ASGIHandler):
 
     Every view here is synchronous (the ORM), as is most of Django's middleware. Django's
     handler keeps the middleware chain asynchronous and hops to a thread and back for each
-    middleware's request and response hook, then for the view: a dozen hops per request, each
-    a wake-up of the thread and a hand-over of the interpreter lock. Here the whole chain is
-    synchronous and the request hops once. Django also starts a new thread for every request
-    (so everything a thread keeps, a client or a connection object, was made anew each time);
-    here a request borrows one of the threads that earlier requests ran on.
+    middleware's request and response hook, then for the view, and for the request-started
+    and request-finished signals: over a dozen hops per request, each a wake-up of the thread
+    and a hand-over of the interpreter lock. Here the signals, the whole chain and the view
+    run in one hop. Django also starts a new thread for every request (so everything a thread
+    keeps, a client or a connection object, was made anew each time); here a request borrows
+    one of the threads that earlier requests ran on.
 
-    Cancelling stops waiting for the thread that runs the view, not the thread: whatever
-    database connection that thread then takes is never handed back to the pool, and after a
-    few dropped requests (clients that time out under load) every request of the process
-    waits for a connection that will not come. Finished, the request hands its connection
+    Django listens for the client going away and cancels the request. Cancelling stops
+    waiting for the thread that runs the view, not the thread: whatever database connection
+    that thread then takes is never handed back to the pool, and after a few dropped requests
+    (clients that time out under load) every request of the process waits for a connection
+    that will not come. Here nothing listens: the request finishes and hands its connection
     back as any other; its answer goes nowhere. No view here streams or long-polls.
     """
 
@@ -54,11 +59,34 @@ class FinishingASGIHandler(ASGIHandler):
         finally:
             self._idle_threads.append(thread)
 
-    async def get_response_async(self, request: Any) -> Any:
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """Django's ``handle`` in one hop. A response is closed (the request-finished signal,
+        which hands the database connection back to the pool) in the same hop when the view
+        returns it complete, before it is written to the socket; one that streams, once sent,
+        as Django does."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        with closing(body_file):
+            set_script_prefix(get_script_prefix(scope))
+            response = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file)
+            await self.send_response(response, send)
+            if response.streaming:
+                await sync_to_async(response.close, thread_sensitive=True)()
 
-    async def listen_for_disconnect(self, receive: Any) -> None:
-        await asyncio.Event().wait()  # cancelled once the response is sent
+    def _respond(self, scope: Any, body_file: Any) -> Any:
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, refused = self.create_request(scope, body_file)
+        response: Any = refused
+        if request is not None:
+            response = self.get_response(request)
+            response._handler_class = self.__class__
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
+        if not response.streaming:
+            response.close()
+        return response
 
 
 class RequestLimit:

@@ -48,7 +48,7 @@ def setup_django() -> None:
     if not os.environ.get("DATABASE_URL"):
         path = Path(tempfile.gettempdir()) / "ctxhub-bench.sqlite3"
         os.environ["DATABASE_URL"] = f"sqlite:///{path}"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()

@@ -184,7 +184,7 @@ def cpu_seconds(groups: dict[str, int]) -> Counter[str]:
 
 def setup_django(env: dict[str, str]) -> None:
     os.environ.update(env)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(ROOT))
     import django
 
@@ -548,7 +548,7 @@ def main() -> None:
                 "-m",
                 "celery",
                 "-A",
-                "ctxhub.celery",
+                "config.celery",
                 "worker",
                 "--pool=solo",
                 "--without-gossip",

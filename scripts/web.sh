@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d .venv ] && PATH="$PWD/.venv/bin:$PATH"
-exec gunicorn ctxhub.asgi:application \
-  --worker-class ctxhub.workers.UvicornWorker \
+exec gunicorn config.asgi:application \
+  --worker-class config.workers.UvicornWorker \
   --bind "${1:-0.0.0.0:8000}" \
   --workers "${WEB_CONCURRENCY:-$(nproc)}" \
   --graceful-timeout 20 \

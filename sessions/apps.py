@@ -11,4 +11,6 @@ class AgentSessionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from sessions import checks, revocation  # noqa: F401  (system checks, receivers)
+        # System checks, and the receivers of what the services report: the pages' pushes
+        # (live) and the queue (tasks). Imported here, once the models are loaded.
+        from sessions import checks, live, revocation, tasks  # noqa: F401

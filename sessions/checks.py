@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
+from celery.signals import worker_ready
 from django.conf import settings
 from django.core import checks
 
@@ -16,8 +18,6 @@ EVICTION_POLICY_ID = "ctxhub.W001"
 def redis_eviction_policy(url: str) -> str | None:
     """Redis's ``maxmemory-policy`` (read from INFO, which managed services that disable CONFIG
     still answer), or None when Redis cannot be asked."""
-    import redis
-
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
         with client:
@@ -54,8 +54,9 @@ def check_redis_eviction_policy(
     return eviction_policy_warnings(getattr(settings, "REDIS_URL", None))
 
 
-def warn_about_services() -> None:
+@worker_ready.connect
+def warn_about_services(**kwargs: Any) -> None:
     """What ``check`` would warn about, in the log of a process that does not run it (a
-    worker)."""
+    worker, once it is ready)."""
     for warning in eviction_policy_warnings(getattr(settings, "REDIS_URL", None)):
         log.warning("%s %s %s", warning.id, warning.msg, warning.hint)

@@ -1,7 +1,8 @@
 """Pushing live updates to the browsers watching a session.
 
 Each push is the rendered HTML of the same fragment templates the pages use, sent to the
-session's channel-layer group; the socket consumer forwards it and htmx swaps it in by id.
+session's channel-layer group; the socket consumer forwards it and htmx swaps it in by id. What
+is pushed follows what the services report (``sessions.events``).
 
 Most sessions are written by agents with no page open, so a push is rendered only where a
 socket watches: each socket marks its session as watched in the cache when it connects and
@@ -14,19 +15,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
+from django.dispatch import receiver
 from django.template.loader import render_to_string
 
+from sessions import events
+from sessions.models import AgentSession, CompactionJob, Message
 from sessions.presenters import present_message
-
-if TYPE_CHECKING:
-    from sessions.models import AgentSession, CompactionJob, Message
-    from sessions.services import TokenTotals
+from sessions.services import TokenTotals
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,13 @@ def _push(session: AgentSession, render: Callable[[], str]) -> None:
         log.warning("live push to %s lost: %s", session.group_name, error)
 
 
+@receiver(events.messages_appended)
 def messages_appended(
-    session: AgentSession, messages: Sequence[Message], totals: TokenTotals
+    sender: object,
+    session: AgentSession,
+    messages: Sequence[Message],
+    totals: TokenTotals,
+    **kwargs: Any,
 ) -> None:
     _push(
         session,
@@ -84,7 +90,10 @@ def messages_appended(
     )
 
 
-def meter_changed(session: AgentSession, totals: TokenTotals) -> None:
+@receiver(events.meter_changed)
+def meter_changed(
+    sender: object, session: AgentSession, totals: TokenTotals, **kwargs: Any
+) -> None:
     """A recount finished: the new meter, and the job's outcome where its button is."""
     _push(
         session,
@@ -100,7 +109,10 @@ def meter_changed(session: AgentSession, totals: TokenTotals) -> None:
     )
 
 
-def job_event(job: CompactionJob, stage: str, **data: Any) -> None:
+@receiver(events.job_progressed)
+def job_progressed(
+    sender: object, job: CompactionJob, stage: str, data: dict[str, Any], **kwargs: Any
+) -> None:
     """A compaction job's progress: queued, planning, summarising (chunk i of n), writing,
     retrying, done or failed with the reason."""
     _push(
@@ -111,12 +123,12 @@ def job_event(job: CompactionJob, stage: str, **data: Any) -> None:
     )
 
 
-def records_changed(session: AgentSession) -> None:
-    """A clear, pin, compaction or undo changed what the model sees: open pages re-render
-    their x-ray, records and badges from the database."""
+@receiver(events.records_changed)
+def records_changed(sender: object, session: AgentSession, **kwargs: Any) -> None:
+    """Open pages re-render their x-ray, records and badges from the database."""
 
     def render() -> str:
-        revision = type(session).objects.values_list("revision", flat=True).get(pk=session.pk)
+        revision = AgentSession.objects.values_list("revision", flat=True).get(pk=session.pk)
         return render_to_string("sessions/_changed.html", {"revision": revision})
 
     _push(session, render)

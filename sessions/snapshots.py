@@ -15,7 +15,6 @@ import hashlib
 import json
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from django.db import connection
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
@@ -24,9 +23,6 @@ from ctxhub import governance
 from ctxhub.governance import ContextReport
 from sessions.history import log_heads
 from sessions.models import AgentSession, GovernedSnapshot
-
-if TYPE_CHECKING:
-    from sessions.services.governed import GovernedContext
 
 
 @cache
@@ -74,9 +70,15 @@ def read(
     )
 
 
-def write(session: AgentSession, current: str, context: GovernedContext) -> None:
-    """Store ``context`` as the session's snapshot under ``current`` (unless it is already, or
-    the state it was made from may still roll back)."""
+def write(
+    session: AgentSession,
+    current: str,
+    messages: list[ModelMessage],
+    report: ContextReport,
+    seqs: list[int | None],
+) -> None:
+    """Store a governed context as the session's snapshot under ``current`` (unless it is
+    already, or the state it was made from may still roll back)."""
     if connection.in_atomic_block:
         return
     if GovernedSnapshot.objects.filter(session=session, key=current).exists():
@@ -85,11 +87,11 @@ def write(session: AgentSession, current: str, context: GovernedContext) -> None
         session=session,
         defaults={
             "key": current,
-            "messages": ModelMessagesTypeAdapter.dump_json(context.messages).decode(),
-            "report": context.report.model_dump_json(),
-            "seqs": json.dumps(context.seqs),
-            "tokens": context.tokens,
-            "budget": context.report.budget_tokens,
-            "last_seq": max((s for s in context.seqs if s is not None), default=-1),
+            "messages": ModelMessagesTypeAdapter.dump_json(messages).decode(),
+            "report": report.model_dump_json(),
+            "seqs": json.dumps(seqs),
+            "tokens": report.tokens_after,
+            "budget": report.budget_tokens,
+            "last_seq": max((s for s in seqs if s is not None), default=-1),
         },
     )

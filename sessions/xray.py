@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from ctxhub.governance.report import MessageReport, PartReport
 from sessions.history import RecordState
 from sessions.presenters import MessageView, PartView
+from sessions.services.governed import GovernedContext, governed_context
 
 if TYPE_CHECKING:
     from ctxhub.governance import Policy
     from sessions.models import AgentSession
-    from sessions.services.governed import GovernedContext
 
 # Categories of the request, in the order the meter draws them; the last three are the room
 # the window keeps besides what is sent.
@@ -334,8 +334,6 @@ def _fates_by_seq(context: GovernedContext) -> dict[int, str]:
 
 def compare(session: AgentSession, policy: Policy) -> Replay:
     """Govern the session under ``policy`` as well as its own (nothing is stored)."""
-    from sessions.services.governed import governed_context
-
     now, then = governed_context(session), governed_context(session, policy=policy)
     before, after = _fates_by_seq(now), _fates_by_seq(then)
     moved = [

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from ctxhub.celery import app as celery_app
+from config.celery import app as celery_app
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 

@@ -145,7 +145,7 @@ def celery_worker(
     """A Celery worker process consuming from the broker at REDIS_URL (``env`` overrides);
     with ``beat``, it also runs the periodic tasks (the job sweeper). ``wait=False`` yields
     as soon as it started (for a worker that may die before it could answer a ping)."""
-    from ctxhub.celery import app
+    from config.celery import app
 
     hostname = hostname or f"test-{os.getpid()}-{time.monotonic_ns()}@localhost"
 
@@ -155,7 +155,7 @@ def celery_worker(
     args = [
         str(BIN / "celery"),
         "-A",
-        "ctxhub.celery",
+        "config.celery",
         "worker",
         "--pool=solo",
         "--loglevel=INFO",

@@ -28,8 +28,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 DIST_INFO = f"{PROJECT['name']}-{PROJECT['version']}.dist-info"
-# Besides everything under ctxhub/governance/, the only files shipped.
-CLIENT_FILES = {"ctxhub/__init__.py", "ctxhub/client.py", "ctxhub/py.typed"}
 HUB_DISTRIBUTIONS = {"django", "channels", "channels-redis", "daphne", "celery", "psycopg"}
 # Variables that would put the checkout on the path or configure Django in a child process.
 SCRUBBED = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV")
@@ -86,17 +84,19 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def test_the_wheel_ships_the_engine_with_its_encodings_and_the_client_only(wheel: Path) -> None:
-    engine = {
+def test_the_wheel_ships_the_library_and_nothing_else(wheel: Path) -> None:
+    library = {
         path.relative_to(ROOT).as_posix()
-        for path in (ROOT / "ctxhub" / "governance").rglob("*")
+        for path in (ROOT / "ctxhub").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
     assert {
+        "ctxhub/client.py",
+        "ctxhub/py.typed",
         "ctxhub/governance/encodings/o200k_base.tiktoken",
         "ctxhub/governance/encodings/cl100k_base.tiktoken",
         "ctxhub/governance/offline/demo.py",
-    } <= engine
+    } <= library
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         for encoding in ("o200k_base", "cl100k_base"):
@@ -104,8 +104,8 @@ def test_the_wheel_ships_the_engine_with_its_encodings_and_the_client_only(wheel
             source = ROOT / "ctxhub" / "governance" / "encodings" / f"{encoding}.tiktoken"
             assert shipped == source.read_bytes()
         metadata = HeaderParser().parsestr(archive.read(f"{DIST_INFO}/METADATA").decode())
-    # Neither the hub's modules (settings, urls, asgi, celery, env) nor a top-level `sessions`.
-    assert {n for n in names if not n.startswith(f"{DIST_INFO}/")} == engine | CLIENT_FILES
+    # Exactly ctxhub/: neither the Django project (config/) nor the sessions app.
+    assert {n for n in names if not n.startswith(f"{DIST_INFO}/")} == library
     requirements = metadata.get_all("Requires-Dist") or []
     names_required = {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower() for r in requirements}
     assert {"pydantic-ai-slim", "tiktoken", "httpx"} <= names_required
@@ -127,7 +127,7 @@ def test_installed_it_imports_away_from_the_checkout_without_django(
             "path": sys.path,
             "modules": modules,
             "loaded": sorted({m.split(".")[0] for m in sys.modules} & {"django", "celery"}),
-            "sessions": importlib.util.find_spec("sessions") is not None,
+            "hub": [n for n in ("config", "sessions") if importlib.util.find_spec(n)],
             "version": importlib.metadata.version("ctxhub"),
         }))
         """
@@ -140,9 +140,8 @@ def test_installed_it_imports_away_from_the_checkout_without_django(
     assert {"ctxhub.client", "ctxhub.governance.offline", "ctxhub.governance.tokens"} <= set(
         found["modules"]
     )
-    assert "ctxhub.settings" not in found["modules"]
     assert found["loaded"] == []
-    assert found["sessions"] is False
+    assert found["hub"] == []
     assert found["version"] == PROJECT["version"]
 
 

@@ -25,7 +25,6 @@ import queue
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -46,7 +45,7 @@ from pydantic_ai.settings import ModelSettings
 
 from ctxhub.governance import Compacted, Policy, compact, resolve_model
 from ctxhub.governance.tokens import tokenizer_for
-from sessions import live
+from sessions import events
 from sessions.history import effective_history
 from sessions.models import AgentSession, Compaction, CompactionJob, JobStatus
 from sessions.services.compaction import (
@@ -98,19 +97,7 @@ class ObservedModel(WrapperModel):
             raise
 
 
-# --- dispatching and claiming ------------------------------------------------------------------
-
-
-def dispatch(job: CompactionJob, countdown: float = 0) -> None:
-    """Send the broker message that wakes a worker for ``job``; a broker that is down is
-    logged, not raised: the sweeper sends it again later."""
-    from sessions.tasks import run_compaction
-
-    CompactionJob.objects.filter(pk=job.pk).update(dispatched_at=timezone.now())
-    try:
-        run_compaction.apply_async(args=(str(job.pk),), countdown=countdown)
-    except Exception as error:  # the broker is unreachable: the row stays queued
-        log.warning("could not queue compaction job %s (%s); the sweeper will", job.pk, error)
+# --- claiming ------------------------------------------------------------------------------------
 
 
 def _stale_before() -> Any:
@@ -162,7 +149,7 @@ def _finish(job: CompactionJob, status: str, *, outcome: str = "", error: str = 
     job.finished_at = timezone.now()
     job.save(update_fields=["status", "outcome", "error", "finished_at"])
     stage = "done" if status == JobStatus.DONE else "failed"
-    transaction.on_commit(lambda: live.job_event(job, stage))
+    events.send_on_commit(events.job_progressed, job=job, stage=stage, data={})
 
 
 class Heartbeat:
@@ -218,7 +205,7 @@ def progress(job: CompactionJob, stage: str, **data: Any) -> None:
     event = {"stage": stage, **data}
     CompactionJob.objects.filter(pk=job.pk).update(progress=event, heartbeat_at=timezone.now())
     job.progress = event
-    live.job_event(job, stage, **data)
+    events.send(events.job_progressed, job=job, stage=stage, data=data)
 
 
 # --- running -------------------------------------------------------------------------------------
@@ -260,7 +247,7 @@ def _retry(job: CompactionJob, reason: str, retry_after: float | None) -> str:
     job.error = reason
     job.save(update_fields=["retries", "status", "run_after", "error"])
     progress(job, "retrying", reason=reason, seconds=round(delay, 1), retry=job.retries)
-    dispatch(job, countdown=delay)
+    events.send(events.job_ready, job=job, countdown=delay)
     return "retrying"
 
 
@@ -439,7 +426,7 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
             last_seq=replacement.last_seq,
             summarized=len(replacement.summarized_seqs),
         )
-    transaction.on_commit(lambda: live.records_changed(session))
+    events.send_on_commit(events.records_changed, session=session)
     return report.outcome
 
 
@@ -479,6 +466,6 @@ def sweep() -> dict[str, int]:
                 continue
             job.status = JobStatus.QUEUED
             job.save(update_fields=["status"])
-            transaction.on_commit(partial(dispatch, job))
+            events.send_on_commit(events.job_ready, job=job, countdown=0)
             requeued += 1
     return {"requeued": requeued, "failed": failed}

@@ -24,6 +24,7 @@ from ctxhub.governance.compact import DEFAULT_SUMMARY_TOKENS, SUMMARY_PREFIX
 from ctxhub.governance.counting import MARK, message_facts
 from ctxhub.governance.policy import Threshold
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
+from sessions import events
 from sessions.history import EffectiveHistory, effective_history, effective_tokens, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
@@ -36,6 +37,7 @@ from sessions.models import (
 from sessions.payloads import message_to_payload
 from sessions.services.errors import Conflict, Invalid
 from sessions.services.governed import session_policy, session_summarizer, session_window
+from sessions.services.records import audit
 
 
 @dataclass(frozen=True)
@@ -254,9 +256,6 @@ def request_compaction(
     request while another job of the session is queued or running is refused too, naming it.
     ``keep_from`` compacts everything above the message at that seq.
     """
-    from sessions import live
-    from sessions.jobs.compaction import dispatch
-
     focus = focus.strip()
     if len(focus) > 2_000:
         raise Invalid("focus is limited to 2,000 characters", field="focus")
@@ -299,8 +298,8 @@ def request_compaction(
             f"a compaction of this session is already {running.status}", job=running
         ) from None
     # The queued event goes out before the worker can announce anything later.
-    transaction.on_commit(lambda: live.job_event(job, "queued"))
-    transaction.on_commit(lambda: dispatch(job))
+    events.send_on_commit(events.job_progressed, job=job, stage="queued", data={})
+    events.send_on_commit(events.job_ready, job=job, countdown=0)
     return JobRequest(job, created=True)
 
 
@@ -424,8 +423,6 @@ def auto_compact(session: AgentSession) -> CompactionJob | None:
             f"stopped after {RUNAWAY_RUNS} automatic compactions in a row left the session "
             f"above its soft threshold of {threshold} tokens ({tokens} now)"
         )
-        from sessions.services.records import audit
-
         with transaction.atomic():
             AgentSession.objects.filter(pk=session.pk).update(auto_compaction_paused=reason)
             audit(session, None, "auto_compaction_paused", tokens_before=tokens,
@@ -440,8 +437,6 @@ def auto_compact(session: AgentSession) -> CompactionJob | None:
 
 def resume_auto_compaction(session: AgentSession, *, actor: Any = None) -> None:
     """Let automatic compaction run again for a session it stopped for."""
-    from sessions.services.records import audit
-
     with transaction.atomic():
         AgentSession.objects.filter(pk=session.pk).update(auto_compaction_paused="")
         audit(session, actor, "auto_compaction_resumed", tokens_before=None, tokens_after=None)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from django.db.models import Count, Max, Q, Sum
 
-from sessions import snapshots
+from sessions import events, snapshots
 from sessions.history import effective_tokens, is_remembered, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
@@ -28,7 +28,6 @@ from sessions.models import (
 )
 from sessions.services.compaction import soft_threshold
 from sessions.services.governed import governed_context, session_policy, session_window
-from sessions.services.log import refresh_snapshot_later
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +196,7 @@ def governed_figures(
     if is_remembered(session) or time.monotonic() < deadline:
         context = governed_context(session)
         return context.tokens, True, context.report.budget_tokens
-    refresh_snapshot_later(session)
+    events.send(events.snapshot_stale, session=session)
     budget = session_policy(session).history_budget(session_window(session))
     return (None if snapshot is None else snapshot["tokens"]), False, budget
 

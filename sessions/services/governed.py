@@ -151,8 +151,16 @@ def governed_context(session: AgentSession, *, policy: Policy | None = None) -> 
     seqs = [source.seq for source in history.sources]
     context = GovernedContext(session, governed.messages, seqs, pins, governed=governed)
     if key is not None:
-        snapshots.write(session, key, context)
+        snapshots.write(session, key, context.messages, context.report, context.seqs)
     return context
+
+
+def refresh_snapshot(session: AgentSession) -> None:
+    """Govern the session as it is now and store the snapshot a process that comes to it cold
+    reads (``sessions.snapshots``)."""
+    key = snapshots.key(session, pinned_seqs(session))
+    context = governed_context(session)
+    snapshots.write(session, key, context.messages, context.report, context.seqs)
 
 
 def _govern(

@@ -6,13 +6,10 @@ messages themselves.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
-from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
@@ -20,8 +17,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from ctxhub.governance.counting import message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
-from sessions import live, snapshots
-from sessions.history import pinned_seqs
+from sessions import events
 from sessions.models import AgentSession, Message, MessageKind, MessageSource
 from sessions.payloads import (
     content_hash,
@@ -29,12 +25,8 @@ from sessions.payloads import (
     parse_payload,
     storable_payload,
 )
-from sessions.services.compaction import auto_compact as compact_if_due
-from sessions.services.compaction import soft_threshold
 from sessions.services.errors import Conflict
-from sessions.services.governed import governed_context, session_window
-
-log = logging.getLogger(__name__)
+from sessions.services.governed import session_window
 
 
 def session_tokenizer(session: AgentSession) -> Tokenizer:
@@ -80,10 +72,11 @@ def append_messages(
 
     Each item is a ``ModelMessage`` or its JSON form; JSON is validated first, so a bad item
     raises ``InvalidPayload`` (naming the field) before anything is written. Once committed, the
-    new messages are pushed live, and the session is settled (``settle_later``): a session
-    that passed its soft threshold gets a background compaction, unless ``auto_compact`` is off
-    (loading a history at once, as the demo data does). ``expected_seq``: the seq the first message
-    must get; a Conflict, and nothing written, when another append came first.
+    append is reported (``events.messages_appended``): the messages are pushed live, and the
+    session is settled (``sessions.tasks``): a session that passed its soft threshold gets a
+    background compaction, unless ``auto_compact`` is off (loading a history at once, as the
+    demo data does). ``expected_seq``: the seq the first message must get; a Conflict, and
+    nothing written, when another append came first.
     """
     messages = [
         item if isinstance(item, ModelRequest | ModelResponse) else parse_payload(item)
@@ -124,24 +117,14 @@ def append_messages(
             encoding=tokenizer.encoding_name,
             exact=tokenizer.exact,
         )
-        transaction.on_commit(lambda: _appended(session, rows, totals, auto_compact=auto_compact))
+        events.send_on_commit(
+            events.messages_appended,
+            session=session,
+            messages=rows,
+            totals=totals,
+            auto_compact=auto_compact,
+        )
     return rows
-
-
-def _appended(
-    session: AgentSession, rows: list[Message], totals: TokenTotals, *, auto_compact: bool
-) -> None:
-    """Once committed: push the messages live and settle the session; the append is stored,
-    so nothing here may turn it into an error."""
-    try:
-        live.messages_appended(session, rows, totals)
-        # The whole log is an upper bound of what the model sees: below the soft threshold,
-        # no compaction can be due, and the check costs nothing more.
-        due = auto_compact and totals.tokens >= soft_threshold(session)
-    except Exception:
-        log.exception("after appending to session %s", session.pk)
-        due = auto_compact
-    settle_later(session, auto_compact=due)
 
 
 def append_message(
@@ -229,7 +212,7 @@ def recount_tokens(session: AgentSession) -> TokenTotals:
                 facts=facts.to_json(),
             )
     totals = token_totals(session)
-    live.meter_changed(session, totals)
+    events.send(events.meter_changed, session=session, totals=totals)
     return totals
 
 
@@ -254,86 +237,3 @@ def sessions_for(user: Any) -> list[SessionSummary]:
         SessionSummary(row, row.message_count, row.token_total or 0, session_window(row))
         for row in rows
     ]
-
-
-SNAPSHOT_QUIET_SECONDS = 5.0
-"""A session's snapshot is refreshed once no message has come for this long. A snapshot serves
-a process that comes to the session later (a page opened, an agent resuming); while the session
-is busy the processes serving it carry their own state over, and a snapshot refreshed between
-two appends would be stale before anyone read it."""
-
-
-def settle_later(session: AgentSession, *, auto_compact: bool = True) -> None:
-    """After an append: check automatic compaction (``auto_compact``: the session may be past
-    its soft threshold) and refresh the session's snapshot.
-
-    Neither is needed for the append's answer, and together they cost more than the append
-    itself, so with a worker they run there, at most one pending run per session (and kind):
-    the appends that come while one waits are settled by it. A compaction check runs at once,
-    a snapshot refresh once the session is quiet (``SNAPSHOT_QUIET_SECONDS``). Without a
-    worker (jobs run in-process) only the compaction check runs, here. A failure never turns
-    the committed append into an error.
-    """
-    from ctxhub.celery import app
-    from sessions.tasks import settle_session
-
-    pk = str(session.pk)
-    try:
-        if app.conf.task_always_eager:
-            if auto_compact:
-                compact_if_due(session)
-        elif cache.add(key := settle_key(pk, auto_compact), 1, timeout=60):
-            delay = 0 if auto_compact else SNAPSHOT_QUIET_SECONDS
-            try:
-                settle_session.apply_async(args=(pk, auto_compact), countdown=delay)
-            except Exception:
-                cache.delete(key)  # not pending after all: the next append asks again
-                raise
-    except Exception:  # the append is committed; the next one settles the session instead
-        log.exception("settling session %s after an append failed", pk)
-
-
-def settle_key(session_id: str, auto_compact: bool) -> str:
-    """The cache key that says a settle run of the session is pending."""
-    return f"settle:{session_id}:{int(auto_compact)}"
-
-
-def settle(session_id: str, auto_compact: bool) -> None:
-    """A worker's settle run (``settle_later``): what the session is now, not at the append."""
-    from sessions.tasks import settle_session
-
-    key = settle_key(session_id, auto_compact)
-    if not auto_compact and (busy := _seconds_to_quiet(session_id)) > 0:
-        # Still pending: the appends meanwhile keep joining this run, which looks again later.
-        cache.touch(key, timeout=60)
-        countdown = min(busy, SNAPSHOT_QUIET_SECONDS)  # bounded whatever the clocks say
-        settle_session.apply_async(args=(session_id, auto_compact), countdown=countdown)
-        return
-    # First: an append from here on asks for another run rather than joining this one.
-    cache.delete(key)
-    session = AgentSession.objects.filter(pk=session_id).first()
-    if session is None:
-        return
-    if auto_compact:
-        compact_if_due(session)
-    pins = pinned_seqs(session)
-    snapshots.write(session, snapshots.key(session, pins), governed_context(session))
-
-
-def _seconds_to_quiet(session_id: str) -> float:
-    """How long until the session has had no new message for ``SNAPSHOT_QUIET_SECONDS``."""
-    newest = (
-        Message.objects.filter(session_id=UUID(session_id))
-        .order_by("-seq")
-        .values_list("created_at", flat=True)
-        .first()
-    )
-    if newest is None:
-        return 0.0
-    return SNAPSHOT_QUIET_SECONDS - (timezone.now() - newest).total_seconds()
-
-
-def refresh_snapshot_later(session: AgentSession) -> None:
-    """Have a worker refresh the session's governed snapshot (``sessions.snapshots``), so a
-    process that never governed it reads the context instead of governing it cold."""
-    settle_later(session, auto_compact=False)

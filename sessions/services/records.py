@@ -18,7 +18,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from ctxhub.governance import Policy
-from sessions import live
+from sessions import events
 from sessions.history import effective_history
 from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
 from sessions.services.errors import Conflict, Invalid, NotFound
@@ -93,7 +93,7 @@ def _change(session: AgentSession, actor: Any, verb: str) -> Iterator[_Change]:
             tokens_after=governed_tokens(session),
             **change.data,
         )
-    transaction.on_commit(lambda: live.records_changed(session))
+    events.send_on_commit(events.records_changed, session=session)
 
 
 def clear(session: AgentSession, *, actor: Any = None) -> Clear:

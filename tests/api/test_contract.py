@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from ctxhub.celery import app as celery_app
+from config.celery import app as celery_app
 from sessions import services
 from sessions.api.keys import create_key, revoke
 from sessions.models import (

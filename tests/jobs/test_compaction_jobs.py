@@ -17,7 +17,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from ctxhub.celery import app as celery_app
+from config.celery import app as celery_app
 from sessions import live, services, snapshots, tasks
 from sessions.history import REMEMBERED
 from sessions.models import AuditEvent, Compaction, CompactionJob, GovernedSnapshot, Message

@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from ctxhub.celery import app as celery_app
+from config.celery import app as celery_app
 from ctxhub.governance.counting import message_facts
 from ctxhub.governance.tokens import tokenizer_for
 from sessions import live, services, tasks

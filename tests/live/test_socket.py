@@ -247,12 +247,12 @@ def test_a_users_other_changes_leave_their_sockets_open(server: str, alice: Any)
     [
         "/static/..%2f..%2fctxhub%2fsettings.py",
         "/static/..%2F..%2Fpyproject.toml",
-        "/static/%2e%2e/%2e%2e/ctxhub/settings.py",
+        "/static/%2e%2e/%2e%2e/config/settings.py",
         "/static/css/..%2f..%2f..%2fctxhub%2fsettings.py",
     ],
 )
 def test_a_static_path_climbing_out_is_a_404_on_the_server(server: str, path: str) -> None:
-    # The web server serves static files itself (ctxhub/asgi.py): Django's refusal to open a
+    # The web server serves static files itself (config/asgi.py): Django's refusal to open a
     # path outside the static directories was a server error there.
     answer = httpx.get(f"{server}{path}", timeout=10)
     assert answer.status_code == 404

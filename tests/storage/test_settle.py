@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 
-from ctxhub.celery import app as celery_app
+from config.celery import app as celery_app
 from sessions import services, tasks
 from sessions.models import GovernedSnapshot
-from sessions.services import log
-from sessions.services.log import SNAPSHOT_QUIET_SECONDS, settle
+from sessions.tasks import SNAPSHOT_QUIET_SECONDS, settle
 from tests.conftest import required_env
 from tests.factories import make_session, user
 
@@ -40,7 +39,7 @@ def test_appends_while_a_run_is_pending_are_settled_by_it(
     # Far below the soft threshold: a snapshot refresh only, once the session is quiet.
     assert queued == [(str(session.pk), False, SNAPSHOT_QUIET_SECONDS)]
 
-    monkeypatch.setattr(log, "SNAPSHOT_QUIET_SECONDS", 0.0)  # the session has been quiet
+    monkeypatch.setattr(tasks, "SNAPSHOT_QUIET_SECONDS", 0.0)  # the session has been quiet
     settle(str(session.pk), False)  # the worker's run: the next append asks for another
     assert GovernedSnapshot.objects.filter(session=session).exists()
     services.append_message(session, user("step 3"))

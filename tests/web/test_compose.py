@@ -49,7 +49,7 @@ def test_web_and_worker_start_after_migrations_on_postgres_and_redis() -> None:
         assert service["environment"]["DATABASE_URL"].startswith("postgres://")
         assert service["environment"]["REDIS_URL"] == "redis://redis:6379/0"
         assert service["image"] == services["migrate"]["image"]
-    assert services["worker"]["command"][:3] == ["celery", "-A", "ctxhub.celery"]
+    assert services["worker"]["command"][:3] == ["celery", "-A", "config.celery"]
     # The worker runs the job sweeper too.
     assert "--beat" in services["worker"]["command"]
 

@@ -29,7 +29,7 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         args or (sys.executable, "-c", PRINT),
         cwd=ROOT,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "ctxhub.settings", **env},
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
         capture_output=True,
         text=True,
         timeout=60,

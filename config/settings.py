@@ -3,7 +3,7 @@
 Embedded defaults need no service at all: a SQLite file, an in-memory channel layer and eager
 Celery. ``DATABASE_URL`` switches to PostgreSQL, ``REDIS_URL`` switches Channels and Celery to
 Redis, ``CTXHUB_PRODUCTION=true`` turns on production hardening and requires ``SECRET_KEY``.
-Every variable is listed in the README; values are parsed strictly (see ctxhub/env.py).
+Every variable is listed in the README; values are parsed strictly (see config/env.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-from ctxhub.env import (
+from config.env import (
     Pool,
     database_from_url,
     env_bool,
@@ -94,8 +94,8 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
 }
 
-ROOT_URLCONF = "ctxhub.urls"
-ASGI_APPLICATION = "ctxhub.asgi.application"
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = None
 
 TEMPLATES = [
@@ -187,7 +187,7 @@ else:
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 if REDIS_URL:
     # Redis's transport, surviving Redis going away under unacknowledged messages.
-    CELERY_BROKER_TRANSPORT = "ctxhub.broker:Transport"
+    CELERY_BROKER_TRANSPORT = "config.broker:Transport"
 CELERY_RESULT_BACKEND = REDIS_URL or None
 # One result backend (and its Redis pool) per process: by default Celery makes one per thread,
 # and a web process runs each request in a new thread.
@@ -227,7 +227,7 @@ CTXHUB_API_RATE_PER_MINUTE = env_int("CTXHUB_API_RATE_PER_MINUTE", 600, minimum=
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "ctxhub.redis_cache.SharedRedisCache",
+            "BACKEND": "config.redis_cache.SharedRedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": env_str("CTXHUB_CHANNEL_PREFIX", "ctxhub"),
         }

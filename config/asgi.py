@@ -17,7 +17,7 @@ from django.core.handlers.base import BaseHandler
 from django.http import FileResponse, Http404
 from django.urls import set_script_prefix
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxhub.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Django must be set up before anything that imports models.
 django.setup(set_prefix=False)
 

@@ -47,7 +47,7 @@ from sessions.api.schemas import (
     SessionPage,
     SessionPatch,
 )
-from sessions.history import UnreadableMessage, effective_history
+from sessions.history import UnreadableMessage
 from sessions.models import (
     AgentSession,
     ApiKey,
@@ -461,16 +461,7 @@ def context(
     if max_tokens is not None:
         overrides = {**(session.policy or {}), "context_window": max_tokens}
         policy = _policy(overrides, field="max_tokens")
-    if model is not None and model != session.model:
-        # Stored counts are the session model's: another model's are counted afresh.
-        governed = govern(
-            effective_history(session).messages,
-            policy or services.session_policy(session),
-            model=model,
-            context_window_tokens=None if policy else session.context_window,
-        )
-        return _context_answer(governed.messages, governed.report)
-    found = services.governed_context(session, policy=policy)
+    found = services.governed_context(session, policy=policy, model=model)
     return _context_answer(found.messages, found.report)
 
 

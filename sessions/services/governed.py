@@ -122,9 +122,11 @@ class GovernedContext:
         return None if index is None else self.seqs[index]
 
 
-def governed_context(session: AgentSession, *, policy: Policy | None = None) -> GovernedContext:
+def governed_context(
+    session: AgentSession, *, policy: Policy | None = None, model: str | None = None
+) -> GovernedContext:
     """Govern a stored session: its effective history under its policy (or ``policy``, to see
-    what another would do), model and pins.
+    what another would do), model (or ``model``, counted with that model's tokenizer) and pins.
 
     A process that governed the session before carries its work over (see
     ``sessions.history``); one that has not reads the snapshot a previous governance left, if
@@ -134,8 +136,9 @@ def governed_context(session: AgentSession, *, policy: Policy | None = None) -> 
     """
     wait_for_warm_up(session)
     key = None
+    other_model = model if model not in (None, session.model) else None
     # Snapshots are for a process that holds nothing of the session, under its own policy.
-    if policy is None and not is_remembered(session):
+    if policy is None and other_model is None and not is_remembered(session):
         pins = pinned_seqs(session)
         key = snapshots.key(session, pins)
         found = snapshots.read(session, key)
@@ -145,7 +148,7 @@ def governed_context(session: AgentSession, *, policy: Policy | None = None) -> 
             return GovernedContext(session, messages, seqs, pins, report=report)
     history = effective_history(session)
     pins = list(history.state.pins)
-    governed = _govern(session, history, pins, policy)
+    governed = _govern(session, history, pins, policy, other_model)
     if governed.evicted:
         _store_evicted(session, history, governed)
     seqs = [source.seq for source in history.sources]
@@ -164,14 +167,19 @@ def refresh_snapshot(session: AgentSession) -> None:
 
 
 def _govern(
-    session: AgentSession, history: EffectiveHistory, pins: list[int], policy: Policy | None
+    session: AgentSession,
+    history: EffectiveHistory,
+    pins: list[int],
+    policy: Policy | None,
+    other_model: str | None = None,
 ) -> Governed:
     return govern(
         history.messages,
         policy or session_policy(session),
-        model=session.model,
+        model=other_model or session.model,
         pinned=history.positions(pins),
-        facts=history.facts,
+        # Stored counts are the session model's: another model's are counted afresh.
+        facts=history.facts if other_model is None else None,
         context_window_tokens=session.context_window,
     )
 

@@ -14,6 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from config.celery import app as celery_app
+from ctxhub.governance import Policy
 from sessions import services
 from sessions.api.keys import create_key, revoke
 from sessions.models import (
@@ -26,6 +27,7 @@ from sessions.models import (
     Pin,
 )
 from tests.factories import agent_turns, make_session, reply, user
+from tests.governed.oracle import dump, naive_governed
 
 pytestmark = pytest.mark.django_db
 
@@ -330,18 +332,43 @@ def test_messages_page_after_a_seq_or_the_newest(api: Api, session: AgentSession
 
 
 @pytest.mark.smoke
-def test_the_context_is_what_the_dashboard_governs(api: Api, session: AgentSession) -> None:
+def test_the_context_is_the_stored_history_governed_under_the_sessions_policy(
+    api: Api, session: AgentSession
+) -> None:
     history = agent_turns(8, 3, "line\n" * 2_000, "Migrate db-west-3")
     services.append_messages(session, history, auto_compact=False)
-    body = api.call("get", f"/sessions/{session.pk}/context").json()
-    expected = services.governed_context(session)
-    assert body["report"]["tokens_after"] == expected.report.tokens_after
-    assert len(body["messages"]) == len(expected.messages)
-    small = api.call("get", f"/sessions/{session.pk}/context?max_tokens=20000").json()
-    assert small["report"]["tokens_after"] < body["report"]["tokens_after"]
-    other = api.call("get", f"/sessions/{session.pk}/context?model=anthropic:claude-sonnet-4-5")
-    assert other.status_code == 200
-    assert other.json()["report"]["model"] != body["report"]["model"]
+    services.pin(session, 4)  # the result of call c0_1, in the first turn: the window drops it
+    path = f"/sessions/{session.pk}/context"
+
+    def pinned_result(body: dict[str, Any]) -> list[str]:
+        return [
+            part["content"]
+            for message in body["messages"]
+            for part in message["parts"]
+            if part.get("tool_call_id") == "c0_1" and part["part_kind"] == "tool-return"
+        ]
+
+    def expect(body: dict[str, Any], governed: Any) -> None:
+        assert body["messages"] == dump(governed.messages)
+        assert body["report"]["tokens_after"] == governed.report.tokens_after
+        assert body["report"]["budget_tokens"] == governed.report.budget_tokens
+        assert body["report"]["model"] == governed.report.model
+
+    body = api.call("get", path).json()
+    expect(body, naive_governed(session, Policy()))
+    assert pinned_result(body) == ["line\n" * 2_000]  # sent whole
+    assert body["report"]["tokens_before"] > body["report"]["tokens_after"]
+
+    small = api.call("get", f"{path}?max_tokens=20000").json()
+    expect(small, naive_governed(session, Policy(context_window=20_000)))
+    assert small["report"]["tokens_after"] <= 20_000
+
+    # Another model's tokenizer counts afresh; the pins still hold.
+    other_model = "anthropic:claude-sonnet-4-5"
+    other = api.call("get", f"{path}?model={other_model}").json()
+    expect(other, naive_governed(session, Policy(), model=other_model))
+    assert other["report"]["model"] == other_model
+    assert pinned_result(other) == ["line\n" * 2_000]
 
 
 def test_stateless_govern(api: Api) -> None:

@@ -49,15 +49,16 @@ def naive_history(session: AgentSession) -> tuple[list[ModelMessage], list[int |
     return messages, seqs
 
 
-def naive_governed(session: AgentSession, policy: Policy) -> Governed:
-    """A cold ``govern`` of the naive effective history, pins as positions."""
+def naive_governed(session: AgentSession, policy: Policy, *, model: str | None = None) -> Governed:
+    """A cold ``govern`` of the naive effective history, pins as positions (counted with
+    ``model``'s tokenizer, if given, instead of the session's)."""
     messages, seqs = naive_history(session)
     pinned = set(Pin.objects.filter(session=session, undone_at=None).values_list("seq", flat=True))
     positions = {p for p, s in enumerate(seqs) if s is not None and s in pinned}
     return govern(
         messages,
         policy,
-        model=session.model,
+        model=model or session.model,
         pinned=positions,
         context_window_tokens=session.context_window,
     )

@@ -7,7 +7,6 @@ tab); these views check who may act, read the form and render the answer. A refu
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from django.http import HttpResponse
@@ -19,7 +18,7 @@ from sessions import services
 from sessions.access import changeable_session
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession
-from sessions.policy_form import PolicyErrors, group_errors, knobs, overrides_from_form
+from sessions.policy_form import PolicyErrors, group_errors, knobs, policy_from_form
 from sessions.services import Conflict, NotFound, ServiceError
 from sessions.services.governed import base_window
 from sessions.xray import compare
@@ -175,11 +174,12 @@ def policy_editor(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
 
 def _edited(
     request: AuthenticatedHttpRequest, session: AgentSession, *, whole_form: bool
-) -> dict[str, Any] | HttpResponse:
-    """The submitted overrides; or a 422 with each refused knob's reason: the form again
-    (saving), or just the reasons, so a live preview never replaces what is being typed."""
+) -> Policy | HttpResponse:
+    """The submitted policy, validated once, here; or a 422 with each refused knob's reason:
+    the form again (saving), or just the reasons, so a live preview never replaces what is
+    being typed."""
     try:
-        return overrides_from_form(request.POST.dict(), window=base_window(session))
+        return policy_from_form(request.POST.dict(), window=base_window(session))
     except PolicyErrors as error:
         if not whole_form:
             return render(
@@ -204,7 +204,7 @@ def policy_preview(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     edited = _edited(request, session, whole_form=False)
     if isinstance(edited, HttpResponse):
         return edited
-    replay = compare(session, Policy.model_validate(edited))
+    replay = compare(session, edited)
     return render(request, "sessions/_policy_preview.html", {"session": session, "replay": replay})
 
 
@@ -221,7 +221,7 @@ def policy_save(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     response = render(
         request,
         "sessions/_policy.html",
-        {"session": session, "knobs": knobs(edited), "saved": True},
+        {"session": session, "knobs": knobs(edited.overrides()), "saved": True},
     )
     response.headers["HX-Trigger"] = "ctxhub-changed"
     return response

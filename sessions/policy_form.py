@@ -152,10 +152,10 @@ class PolicyErrors(Exception):
         self.submitted = submitted
 
 
-def overrides_from_form(data: dict[str, str], *, window: int | None = None) -> dict[str, Any]:
-    """The knobs of a submitted form that differ from the defaults, as a nested dict; raises
-    ``PolicyErrors`` naming each knob the engine refuses, and the reserve when it leaves the
-    history no room in ``window`` (the session's)."""
+def policy_from_form(data: dict[str, str], *, window: int | None = None) -> Policy:
+    """The policy a submitted form sets; raises ``PolicyErrors`` naming each knob the engine
+    refuses, and the reserve when it leaves the history no room in ``window`` (the
+    session's)."""
     errors: dict[str, str] = {}
     submitted: dict[str, Any] = {}
     for knob in knobs():
@@ -177,7 +177,7 @@ def overrides_from_form(data: dict[str, str], *, window: int | None = None) -> d
     reason = no_room(policy, window) if window is not None else None
     if reason is not None:
         raise PolicyErrors({"reserved_output_tokens": reason}, submitted)
-    return _diff(policy.model_dump(mode="json"), Policy().model_dump(mode="json"))
+    return policy
 
 
 def _parse(knob: Knob, raw: str) -> Any:
@@ -226,16 +226,3 @@ def _errors(error: ValidationError) -> dict[str, str]:
         message = item["msg"].removeprefix("Value error, ")
         found[path] = f"{found[path]}; {message}" if path in found else message
     return found
-
-
-def _diff(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    changed: dict[str, Any] = {}
-    for key, value in values.items():
-        default = defaults.get(key)
-        if isinstance(value, dict) and isinstance(default, dict):
-            inner = _diff(value, default)
-            if inner:
-                changed[key] = inner
-        elif value != default:
-            changed[key] = value
-    return changed

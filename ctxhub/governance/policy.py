@@ -258,6 +258,11 @@ class Policy(_Model):
             budget = min(budget, self.history_cap_tokens)
         return max(budget, 0)
 
+    def overrides(self) -> dict[str, Any]:
+        """The knobs that differ from the defaults, as nested JSON: all a stored policy needs
+        (it reads back as this policy, and follows a default that changes later)."""
+        return _changed(self.model_dump(mode="json"), Policy().model_dump(mode="json"))
+
     def least_window(self) -> int:
         """The smallest context window that leaves the history any room under this policy."""
         window = max(1, int((self.reserved_output_tokens + 1) / (1 - self.safety_margin)) - 2)
@@ -278,3 +283,15 @@ class Policy(_Model):
                     f"them is {self.least_window()}"
                 )
         return self
+
+
+def _changed(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    changed: dict[str, Any] = {}
+    for key, value in values.items():
+        default = defaults.get(key)
+        if isinstance(value, dict) and isinstance(default, dict):
+            if inner := _changed(value, default):
+                changed[key] = inner
+        elif value != default:
+            changed[key] = value
+    return changed

@@ -219,8 +219,9 @@ def _described(session: AgentSession) -> dict[str, Any]:
 def create_session(request: HttpRequest, body: SessionIn) -> Status[dict[str, Any]]:
     """A new session."""
     key = _need(request, "write")
+    policy = _policy(body.policy)
     ensure_room(
-        _policy(body.policy),
+        policy,
         body.context_window or context_window(body.model),
         field="context_window" if body.context_window else "policy",
     )
@@ -229,7 +230,7 @@ def create_session(request: HttpRequest, body: SessionIn) -> Status[dict[str, An
         title=body.title,
         model=body.model,
         context_window=body.context_window,
-        policy=body.policy,
+        policy=policy.overrides(),
     )
     return Status(201, _described(session))
 
@@ -294,7 +295,7 @@ def patch_session(request: HttpRequest, session_id: UUID, body: SessionPatch) ->
                 setattr(session, name, changes[name])
             session.save(update_fields=[*fields, "updated_at"])
         if new_policy is not None:
-            services.set_policy(session, new_policy, actor=_key(request).owner)
+            services.set_policy(session, policy, actor=_key(request).owner)
     if "model" in fields:
         tasks.recount_session_tokens.delay(str(session.pk))
     return _described(session)

@@ -15,14 +15,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from pydantic import ValidationError
 
 from ctxhub.governance import Policy
 from sessions import events
 from sessions.history import effective_history
 from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
 from sessions.services.errors import Conflict, Invalid, NotFound
-from sessions.services.governed import base_window, ensure_room, governed_context
+from sessions.services.governed import governed_context
 
 
 def lock_session(session: AgentSession) -> None:
@@ -76,11 +75,17 @@ class _Change:
 def _change(session: AgentSession, actor: Any, verb: str) -> Iterator[_Change]:
     """Make a change in one transaction with the session locked: the body writes its record
     and notes what to audit in ``data`` (or sets ``unchanged``); the records revision is bumped,
-    an audit event records the governed tokens before and after, and pages are told."""
+    an audit event records the governed tokens before and after, and pages are told.
+
+    The tokens before are those of the session as the change was asked for, governed before
+    the lock is taken (the context the page or agent asking has just read: warm in this
+    process). The tokens after are governed under the lock, once: the audit event is written
+    with the change, and is immutable.
+    """
     change = _Change()
+    before = governed_tokens(session)
     with transaction.atomic():
         lock_session(session)
-        before = governed_tokens(session)
         yield change
         if change.unchanged:
             return
@@ -181,16 +186,11 @@ def undo_clear(session: AgentSession, clear_id: int, *, actor: Any = None) -> Cl
     return record
 
 
-def set_policy(session: AgentSession, overrides: dict[str, Any], *, actor: Any = None) -> None:
-    """Store a session's policy overrides (validated by the engine; only what differs from the
-    defaults). What the model sees changes at once: audited and pushed like a record."""
-    try:
-        policy = Policy.model_validate(overrides)
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "policy"
-        raise Invalid(first["msg"], field=field) from None
-    ensure_room(policy, base_window(session), field="reserved_output_tokens")
+def set_policy(session: AgentSession, policy: Policy, *, actor: Any = None) -> None:
+    """Store a session's policy (what differs from the defaults), validated where it was
+    edited: the form or the API, which also check it leaves the history room in the session's
+    window. What the model sees changes at once: audited and pushed like a record."""
+    overrides = policy.overrides()
     with _change(session, actor, "policy") as change:
         previous = AgentSession.objects.values_list("policy", flat=True).get(pk=session.pk)
         if previous == overrides:

@@ -38,6 +38,24 @@ def test_json_round_trip() -> None:
     assert Policy.model_validate(stored) == policy
 
 
+def test_overrides_are_what_differs_from_the_defaults_and_read_back_whole() -> None:
+    assert Policy().overrides() == {}
+    # A value set to its default is not an override; nested knobs keep their nesting.
+    submitted = {
+        "context_window": 64_000,
+        "safety_margin": 0.10,
+        "tool_output": {"limit": 500, "strategy": "head"},
+        "window": {"keep": {"kind": "messages", "value": 40}},
+    }
+    policy = Policy.model_validate(submitted)
+    assert policy.overrides() == {
+        "context_window": 64_000,
+        "tool_output": {"limit": 500},
+        "window": {"keep": {"kind": "messages", "value": 40}},
+    }
+    assert Policy.model_validate(policy.overrides()) == policy
+
+
 def test_partial_dict_takes_defaults_for_the_rest() -> None:
     policy = Policy.model_validate({"masking": {"keep_last": 1}})
     assert policy.masking.keep_last == 1

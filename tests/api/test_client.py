@@ -17,7 +17,7 @@ from ctxhub.governance.offline import demo_model, demo_toolset
 from sessions.api.keys import create_key
 from sessions.models import Message
 from tests.conftest import ARTIFACTS
-from tests.factories import agent_turns, reply, user
+from tests.messages import agent_turns, reply, user
 from tests.processes import asgi_server
 
 pytestmark = pytest.mark.django_db(transaction=True)

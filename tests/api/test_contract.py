@@ -26,8 +26,9 @@ from sessions.models import (
     Message,
     Pin,
 )
-from tests.factories import agent_turns, make_session, reply, user
+from tests.factories import make_session
 from tests.governed.oracle import dump, naive_governed
+from tests.messages import agent_turns, reply, user
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,8 @@ from sessions.api.keys import create_key
 from sessions.models import AgentSession, EvictedOutput, Message
 from sessions.payloads import MAX_DEPTH, message_from_payload
 from sessions.services.log import _build
-from tests.factories import make_session, reply, user
+from tests.factories import make_session
+from tests.messages import reply, user
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, settings
 
 from sessions import services
 from sessions.api.keys import create_key
-from tests.factories import make_session, reply, user
+from tests.factories import make_session
+from tests.messages import reply, user
 
 app = get_wsgi_application()
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)

@@ -23,7 +23,8 @@ from sessions.chat.turns import INTERRUPTED
 from sessions.models import AgentSession, ChatTurn, Compaction, Message, TurnStatus
 from tests.browser.test_controls import log_in, shot
 from tests.conftest import ARTIFACTS, required_env
-from tests.factories import agent_turns, make_session
+from tests.factories import make_session
+from tests.messages import agent_turns
 from tests.processes import asgi_server, celery_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -15,7 +15,8 @@ from sessions import services
 from sessions.models import Clear, Compaction
 from tests.browser.test_dashboard import server_side, wait_for
 from tests.conftest import ARTIFACTS
-from tests.factories import agent_turns, make_session
+from tests.factories import make_session
+from tests.messages import agent_turns
 from tests.processes import celery_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

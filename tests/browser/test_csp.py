@@ -10,7 +10,8 @@ from playwright.sync_api import Page, expect
 
 from sessions import services
 from tests.browser.test_controls import log_in, shot
-from tests.factories import agent_turns, make_session
+from tests.factories import make_session
+from tests.messages import agent_turns
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

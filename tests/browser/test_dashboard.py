@@ -15,7 +15,8 @@ from playwright.sync_api import Page, Route, expect
 from sessions import services
 from sessions.models import AgentSession
 from tests.conftest import ARTIFACTS
-from tests.factories import make_session, reply, user
+from tests.factories import make_session
+from tests.messages import reply, user
 from tests.processes import asgi_server, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,8 @@ from sessions.chat import commands, turns
 from sessions.models import AuditEvent, Clear, Compaction, Pin
 from sessions.services import Conflict, Invalid, NotFound
 from sessions.xray import xray
-from tests.factories import agent_turns, make_session
+from tests.factories import make_session
+from tests.messages import agent_turns
 
 pytestmark = pytest.mark.django_db
 

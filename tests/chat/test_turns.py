@@ -30,8 +30,9 @@ from sessions import live, services
 from sessions.chat import runner, turns
 from sessions.chat.turns import INTERRUPTED
 from sessions.models import ChatTurn, Message, MessageSource, TurnStatus
-from tests.factories import agent_turns, make_session
+from tests.factories import make_session
 from tests.fakes.openai_server import FakeOpenAI, ToolCallReply, fake_openai
+from tests.messages import agent_turns
 
 __all__ = ["fake_openai"]  # the fixture, imported for pytest
 

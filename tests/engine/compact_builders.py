@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from engine_builders import T0
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -19,6 +18,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ctxhub.governance.draft import SummaryDraft
+from tests.messages import T0
 
 _TOOLS = ("read_file", "grep", "bash", "manage_todo_list")
 

@@ -1,63 +1,20 @@
-"""One-line message builders and small helpers for engine tests."""
+"""Policies and probes for engine tests (the messages are built with ``tests.messages``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
 
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    SystemPromptPart,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
 )
 
 from ctxhub.governance import Policy
 from ctxhub.governance.steps.normalize import Pairing
 
 MODEL = "openai:gpt-4o"
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def _user(text: str, *, system: str | None = None) -> ModelRequest:
-    parts: list[Any] = [SystemPromptPart(system, timestamp=T0)] if system else []
-    return ModelRequest(parts=[*parts, UserPromptPart(text, timestamp=T0)])
-
-
-def _text(text: str) -> ModelResponse:
-    return ModelResponse(parts=[TextPart(text)], timestamp=T0)
-
-
-def _call(name: str, *, id: str, **args: Any) -> ModelResponse:
-    return ModelResponse(parts=[ToolCallPart(name, args or {}, tool_call_id=id)], timestamp=T0)
-
-
-def _calls(*pairs: tuple[str, str]) -> ModelResponse:
-    return ModelResponse(
-        parts=[ToolCallPart(name, {}, tool_call_id=cid) for name, cid in pairs], timestamp=T0
-    )
-
-
-def _ret(name: str, content: Any, *, id: str) -> ModelRequest:
-    return ModelRequest(parts=[ToolReturnPart(name, content, tool_call_id=id, timestamp=T0)])
-
-
-def _rets(*triples: tuple[str, Any, str]) -> ModelRequest:
-    return ModelRequest(
-        parts=[ToolReturnPart(n, c, tool_call_id=i, timestamp=T0) for n, c, i in triples]
-    )
-
-
-def _words(n: int, word: str = "alpha") -> str:
-    """About ``n`` tokens of text (one token per word), spread over lines of ten words."""
-    return "\n".join(" ".join([word] * 10) for _ in range(max(1, n // 10)))
 
 
 def _tight(size: int, **overrides: Any) -> Policy:

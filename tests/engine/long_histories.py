@@ -20,7 +20,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from engine_builders import T0
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -33,6 +32,8 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+
+from tests.messages import T0
 
 TOOLS = ("read", "grep", "run", "read", "grep", "manage_todo_list")
 WORDS = ("alpha", "beta", "gamma", "delta", "error", "ok", "{", "}", "path/to/file.py", "42")

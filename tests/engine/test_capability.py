@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from engine_builders import _words
 from pydantic_ai import Agent, models
 from pydantic_ai.messages import (
     ModelMessage,
@@ -17,6 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from ctxhub.governance import ContextGovernor, Governed, Policy, count_tokens, memory
 from ctxhub.governance.steps.normalize import pairing_problems
 from ctxhub.governance.tokens import tokenizer_for
+from tests.messages import words
 
 WINDOW = 4_000
 
@@ -54,7 +54,7 @@ def _agent(recorder: Recorder, governor: ContextGovernor) -> Agent[None, str]:
     @agent.tool_plain
     def dump(n: int) -> str:
         """Return a large output."""
-        return _words(1500, f"chunk{n}")
+        return words(1500, f"chunk{n}")
 
     return agent
 
@@ -125,7 +125,7 @@ async def test_evicted_outputs_can_be_read_back_through_the_tool() -> None:
     @agent.tool_plain
     def dump(n: int) -> str:
         """Return a large output."""
-        return _words(3000, "line")
+        return words(3000, "line")
 
     result = await agent.run("go")
     assert result.output == "done"

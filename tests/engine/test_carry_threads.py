@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from engine_builders import MODEL, T0
+from engine_builders import MODEL
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
 )
 
 from ctxhub.governance import Policy, govern
+from tests.messages import T0
 
 POLICY = Policy(context_window=6_000, reserved_output_tokens=0)
 

@@ -15,7 +15,7 @@ import random
 from typing import Any
 
 import pytest
-from engine_builders import MODEL, T0, _words, carried_lengths
+from engine_builders import MODEL, carried_lengths
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -32,6 +32,7 @@ from ctxhub.governance._work import Work
 from ctxhub.governance.counting import MessageFacts, message_facts
 from ctxhub.governance.steps import window as window_step
 from ctxhub.governance.tokens import tokenizer_for
+from tests.messages import T0, words
 
 TOOLS = ("read", "grep", "run_tests", "manage_todo_list")
 
@@ -69,7 +70,7 @@ def _session(seed: int, size: int) -> list[ModelMessage]:
                     parts=[
                         ToolReturnPart(
                             c.tool_name,
-                            _words(rng.choice([20, 60, 150, 450]), f"w{c.tool_call_id}"),
+                            words(rng.choice([20, 60, 150, 450]), f"w{c.tool_call_id}"),
                             tool_call_id=c.tool_call_id,
                             timestamp=T0,
                         )
@@ -168,7 +169,7 @@ def test_a_long_history_edited_deep_in_place_is_prepared_again_once_memory_is_cl
         govern(history[:size], policy, model=MODEL)
     # A message the window dropped long ago: its parts list grown, then replaced, in place.
     old = history[7]
-    old.parts.append(UserPromptPart(_words(300, "grown"), timestamp=T0))
+    old.parts.append(UserPromptPart(words(300, "grown"), timestamp=T0))
     memory.clear()
     with carried_lengths() as seen:
         after = govern(history, policy, model=MODEL)

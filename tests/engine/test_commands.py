@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine_builders import MODEL, _call, _ret, _text, _user, _words
+from engine_builders import MODEL
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -14,16 +14,17 @@ from pydantic_ai.messages import (
 from ctxhub.governance.commands import Command, parse_command, run_command
 from ctxhub.governance.compact import ACKNOWLEDGEMENT, COMPACT_PREFIX, summary_count
 from ctxhub.governance.steps.normalize import pairing_problems
+from tests.messages import reply, tool_call, tool_result, user, words
 
 
 def _history() -> list[ModelMessage]:
-    history: list[ModelMessage] = [_user("Plan the launch", system="Be brief."), _text("Ok.")]
+    history: list[ModelMessage] = [user("Plan the launch", system="Be brief."), reply("Ok.")]
     for k in range(12):
         history += [
-            _user(f"step {k}: check launch/{k}.md"),
-            _call("read_file", id=f"c{k}", path=f"launch/{k}.md"),
-            _ret("read_file", _words(120, f"w{k}"), id=f"c{k}"),
-            _text(f"checked {k}"),
+            user(f"step {k}: check launch/{k}.md"),
+            tool_call("read_file", id=f"c{k}", path=f"launch/{k}.md"),
+            tool_result("read_file", words(120, f"w{k}"), id=f"c{k}"),
+            reply(f"checked {k}"),
         ]
     return history
 

@@ -13,7 +13,7 @@ from compact_builders import (
     obedient_summarizer,
     scripted_summarizer,
 )
-from engine_builders import MODEL, _call, _ret, _text, _user, _words
+from engine_builders import MODEL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -37,6 +37,7 @@ from ctxhub.governance.compact import (
 from ctxhub.governance.draft import SECTIONS, SummaryDraft
 from ctxhub.governance.ledger import FACTS_HEADING, contains
 from ctxhub.governance.steps.normalize import pairing_problems
+from tests.messages import reply, tool_call, tool_result, user, words
 
 EXTRACTIVE = "offline:extractive"
 KEEP = Threshold(kind="messages", value=8)
@@ -50,18 +51,18 @@ def _turns(prefix: str, n: int, size: int = 80) -> list[ModelMessage]:
     history: list[ModelMessage] = []
     for k in range(n):
         history += [
-            _user(f"{prefix}{k}: update docs/{prefix}_{k}.md for release v{k}.2"),
-            _call("read_file", id=f"{prefix}c{k}", path=f"docs/{prefix}_{k}.md"),
-            _ret("read_file", _words(size, f"{prefix}w{k}"), id=f"{prefix}c{k}"),
-            _text(f"Updated docs/{prefix}_{k}.md."),
+            user(f"{prefix}{k}: update docs/{prefix}_{k}.md for release v{k}.2"),
+            tool_call("read_file", id=f"{prefix}c{k}", path=f"docs/{prefix}_{k}.md"),
+            tool_result("read_file", words(size, f"{prefix}w{k}"), id=f"{prefix}c{k}"),
+            reply(f"Updated docs/{prefix}_{k}.md."),
         ]
     return history
 
 
 def _session(turns: int = 30) -> list[ModelMessage]:
     return [
-        _user("Prepare the release", system="You are careful."),
-        _text("Ready."),
+        user("Prepare the release", system="You are careful."),
+        reply("Ready."),
         *_turns("a", turns),
     ]
 
@@ -124,7 +125,7 @@ async def test_compacting_three_times_leaves_exactly_one_summary() -> None:
 async def test_injected_instructions_change_neither_structure_nor_kept_messages() -> None:
     def session(output: str) -> list[ModelMessage]:
         history = _session(20)
-        history[12] = _ret("read_file", output, id=history[11].parts[0].tool_call_id)  # type: ignore[union-attr]
+        history[12] = tool_result("read_file", output, id=history[11].parts[0].tool_call_id)  # type: ignore[union-attr]
         return history
 
     clean = session("release notes, nothing special")
@@ -153,8 +154,8 @@ async def test_the_summariser_input_always_fits_its_window() -> None:
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, draft.model_dump())])
 
     history = [
-        _user("Prepare the release", system="Be careful."),
-        _text("Ready."),
+        user("Prepare the release", system="Be careful."),
+        reply("Ready."),
         *_turns("a", 60, 200),
     ]
     window = count_tokens(history, model=MODEL)
@@ -176,7 +177,7 @@ async def test_the_summariser_input_always_fits_its_window() -> None:
 
 async def test_a_summary_larger_than_what_it_replaces_is_refused() -> None:
     history = _session(3)
-    huge = SummaryDraft(goal=_words(3_000), current_state="x")
+    huge = SummaryDraft(goal=words(3_000), current_state="x")
     compacted = await compact(
         history,
         summarizer=scripted_summarizer(huge),
@@ -243,10 +244,10 @@ def test_engine_invariants_hold_on_compacted_output(
 
 
 async def test_the_newest_user_message_is_kept_cut_rather_than_an_older_one() -> None:
-    older = _user("keep the retry at 3 for the billing worker")
-    newest = _user("here is the full stack trace:\n" + _words(3000, "frame"))
-    history = [_user("start", system="be brief"), _text("ok"), older, _text("noted")]
-    history += [newest, _text("looking"), _user("go on"), _text("done")]
+    older = user("keep the retry at 3 for the billing worker")
+    newest = user("here is the full stack trace:\n" + words(3000, "frame"))
+    history = [user("start", system="be brief"), reply("ok"), older, reply("noted")]
+    history += [newest, reply("looking"), user("go on"), reply("done")]
     compacted = await compact(
         history,
         summarizer=EXTRACTIVE,

@@ -3,27 +3,28 @@ to the newest copy, which is sent whole."""
 
 from __future__ import annotations
 
-from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user, _words
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage, ToolReturnPart
 
 from ctxhub.governance import Policy, govern
 from ctxhub.governance.counting import MessageFacts, message_facts
 from ctxhub.governance.steps.normalize import pairing_problems
 from ctxhub.governance.tokens import tokenizer_for
+from tests.messages import reply, tool_call, tool_result, user, words
 
-FILE = _words(800, "config")
+FILE = words(800, "config")
 
 
 def _rereads() -> list[ModelMessage]:
-    history: list[ModelMessage] = [_user("fix the config", system="be careful"), _text("ok")]
+    history: list[ModelMessage] = [user("fix the config", system="be careful"), reply("ok")]
     for n in range(3):
         history += [
-            _user(f"check again {n}"),
-            _call("read_file", id=f"r{n}", path="settings.yaml"),
-            _ret("read_file", FILE, id=f"r{n}"),
-            _call("run", id=f"t{n}"),
-            _ret("run", _words(300, f"run{n}"), id=f"t{n}"),
-            _text(f"checked {n}"),
+            user(f"check again {n}"),
+            tool_call("read_file", id=f"r{n}", path="settings.yaml"),
+            tool_result("read_file", FILE, id=f"r{n}"),
+            tool_call("run", id=f"t{n}"),
+            tool_result("run", words(300, f"run{n}"), id=f"t{n}"),
+            reply(f"checked {n}"),
         ]
     return history
 
@@ -49,7 +50,7 @@ def test_older_copies_become_references_to_the_newest() -> None:
     assert reads[2].content == FILE
     # Different outputs of the same tool stay.
     runs = [p for p in _outputs(governed.messages) if p.tool_name == "run"]
-    assert [p.content for p in runs] == [_words(300, f"run{n}") for n in range(3)]
+    assert [p.content for p in runs] == [words(300, f"run{n}") for n in range(3)]
     actions = [p.action for m in governed.report.messages for p in m.parts]
     assert actions.count("deduplicated") == 2
     assert "dedupe" in [s.step for s in governed.report.steps]
@@ -88,11 +89,19 @@ def test_stored_facts_carry_the_digests() -> None:
 
 
 def test_structured_outputs_are_the_same_whatever_their_key_order() -> None:
-    report = {"passed": 41, "failed": 1, "log": _words(400, "trace")}
+    report = {"passed": 41, "failed": 1, "log": words(400, "trace")}
     reordered = {"log": report["log"], "failed": 1, "passed": 41}
-    history: list[ModelMessage] = [_user("run the tests", system="be careful"), _text("ok")]
-    history += [_call("run_tests", id="t1"), _ret("run_tests", report, id="t1"), _text("1 fails")]
-    history += [_user("again"), _call("run_tests", id="t2"), _ret("run_tests", reordered, id="t2")]
+    history: list[ModelMessage] = [user("run the tests", system="be careful"), reply("ok")]
+    history += [
+        tool_call("run_tests", id="t1"),
+        tool_result("run_tests", report, id="t1"),
+        reply("1 fails"),
+    ]
+    history += [
+        user("again"),
+        tool_call("run_tests", id="t2"),
+        tool_result("run_tests", reordered, id="t2"),
+    ]
     governed = govern(history, governed_policy(), model=MODEL)
     actions = [p.action for m in governed.report.messages for p in m.parts]
     assert actions.count("deduplicated") == 1

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user
+from engine_builders import MODEL, _off, _tight
 
 from ctxhub.governance import InMemoryEvictionStore, govern, read_evicted
 from ctxhub.governance.steps.evict import eviction_ref
+from tests.messages import reply, tool_call, tool_result, user
 
 BIG = 1_000_000
 LOG = "\n".join(f"{n:05d} INFO request served in {n % 97} ms" for n in range(6000))
 
 
 def _history(content: str = LOG) -> list:  # type: ignore[type-arg]
-    return [_user("go"), _call("logs", id="c1"), _ret("logs", content, id="c1"), _text("ok")]
+    return [
+        user("go"),
+        tool_call("logs", id="c1"),
+        tool_result("logs", content, id="c1"),
+        reply("ok"),
+    ]
 
 
 def _evicting(threshold: int = 1000, **extra: object) -> dict[str, object]:
@@ -83,13 +89,13 @@ def test_evicted_texts_are_those_the_governed_history_refers_to() -> None:
     # model never sees that reference, so its text is not handed back to be stored.
     older = LOG.replace("INFO", "WARN")
     history = [
-        _user("go"),
-        _call("logs", id="c1"),
-        _ret("logs", older, id="c1"),
-        _call("logs", id="c2"),
-        _ret("logs", LOG, id="c2"),
-        _text("ok"),
-        _user("and now?"),
+        user("go"),
+        tool_call("logs", id="c1"),
+        tool_result("logs", older, id="c1"),
+        tool_call("logs", id="c2"),
+        tool_result("logs", LOG, id="c2"),
+        reply("ok"),
+        user("and now?"),
     ]
     policy = _tight(300, **{**_evicting(), "masking": {"keep_first": 0, "keep_last": 1}})
     governed = govern(history, policy, model=MODEL)

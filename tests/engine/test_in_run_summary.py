@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from compact_builders import failing_summarizer
-from engine_builders import _words
 from pydantic_ai import Agent, models
 from pydantic_ai.messages import (
     ModelMessage,
@@ -21,6 +20,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from ctxhub.governance import Compacted, ContextGovernor, Policy, count_tokens
 from ctxhub.governance.ledger import is_summary_text
 from ctxhub.governance.steps.normalize import pairing_problems
+from tests.messages import words
 
 MODEL = "openai:gpt-4o"
 PROMPT = "Audit every service log under /srv/logs and report the host db-west-3 issues."
@@ -53,7 +53,7 @@ def _agent(reader: Reader, governor: ContextGovernor) -> Agent[None, str]:
     @agent.tool_plain
     def read_log(path: str) -> str:
         """Read one log file."""
-        return f"{path}\n" + _words(400, path.rsplit("/", 1)[-1].split(".")[0])
+        return f"{path}\n" + words(400, path.rsplit("/", 1)[-1].split(".")[0])
 
     return agent
 

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 from unittest import mock
 
-from engine_builders import MODEL, T0, carried_lengths
+from engine_builders import MODEL, carried_lengths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -31,6 +31,7 @@ from test_properties import histories, policies
 from ctxhub.governance import Governed, Policy, govern, memory
 from ctxhub.governance.govern import _EDITABLE
 from ctxhub.governance.tokens import Tokenizer
+from tests.messages import T0
 
 OPERATIONS = (
     "append",

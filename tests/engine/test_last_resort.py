@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import copy
 
-from engine_builders import MODEL, _call, _off, _ret, _tight, _user, _words
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance import govern
 from ctxhub.governance.steps.normalize import pairing_problems
+from tests.messages import tool_call, tool_result, user, words
 
 
 def _loop(n: int, size: int = 300) -> list[ModelMessage]:
-    history: list[ModelMessage] = [_user("fix the bug")]
+    history: list[ModelMessage] = [user("fix the bug")]
     for i in range(n):
-        history += [_call("run", id=f"r{i}"), _ret("run", _words(size, f"o{i}"), id=f"r{i}")]
+        history += [
+            tool_call("run", id=f"r{i}"),
+            tool_result("run", words(size, f"o{i}"), id=f"r{i}"),
+        ]
     return history
 
 
@@ -42,8 +46,8 @@ def test_the_newest_group_is_always_kept() -> None:
 
 
 def test_shrink_cuts_the_newest_outputs_proportionally_to_fit() -> None:
-    history = [_user("go"), _call("a", id="a"), _ret("a", _words(3000), id="a")]
-    history += [_call("b", id="b"), _ret("b", _words(1000), id="b")]
+    history = [user("go"), tool_call("a", id="a"), tool_result("a", words(3000), id="a")]
+    history += [tool_call("b", id="b"), tool_result("b", words(1000), id="b")]
     policy = _tight(1500, **_off(drop_groups=False, shrink_newest=True))
     governed = govern(history, policy, model=MODEL)
     assert governed.fits
@@ -57,7 +61,7 @@ def test_shrink_cuts_the_newest_outputs_proportionally_to_fit() -> None:
 
 
 def test_when_nothing_can_make_it_fit_the_report_says_why() -> None:
-    history = [_user(_words(5000))]
+    history = [user(words(5000))]
     governed = govern(history, _tight(1000), model=MODEL)
     assert not governed.fits
     assert governed.messages == history
@@ -65,7 +69,7 @@ def test_when_nothing_can_make_it_fit_the_report_says_why() -> None:
 
 
 def test_no_budget_at_all_is_explained() -> None:
-    governed = govern([_user("hi", system=_words(2000))], _tight(1000), model=MODEL)
+    governed = govern([user("hi", system=words(2000))], _tight(1000), model=MODEL)
     assert governed.budget_tokens == 0
     assert "no budget left" in (governed.report.reason or "")
 
@@ -76,10 +80,14 @@ def test_the_shrink_counts_masked_results_as_masked_warm_or_cold() -> None:
     # by this call (cold) or carried over from the previous one (warm).
     masking = {"keep_first": 0, "keep_last": 1, "apply": "always"}
     policy = _tight(300, **_off(masking=masking, shrink_newest=True))
-    history: list[ModelMessage] = [_user("task 0")]
+    history: list[ModelMessage] = [user("task 0")]
     for n, size in enumerate([5, 2000, 5, 5]):
-        history += [_call("read", id=f"c{n}"), _ret("read", _words(size), id=f"c{n}")]
-    history += [_user("task 1"), _call("read", id="c9"), _ret("read", _words(2000), id="c9")]
+        history += [tool_call("read", id=f"c{n}"), tool_result("read", words(size), id=f"c{n}")]
+    history += [
+        user("task 1"),
+        tool_call("read", id="c9"),
+        tool_result("read", words(2000), id="c9"),
+    ]
     for size in range(1, len(history) + 1):
         warm = govern(history[:size], policy, model=MODEL)
         cold = govern(copy.deepcopy(history[:size]), policy, model=MODEL)

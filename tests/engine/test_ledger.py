@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from engine_builders import _call, _ret, _text, _user
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance.ledger import (
@@ -12,6 +11,7 @@ from ctxhub.governance.ledger import (
     extract_ledger,
     reconcile,
 )
+from tests.messages import reply, tool_call, tool_result, user
 
 
 def _by_kind(texts: list[tuple[str, str]], kind: str) -> list[str]:
@@ -20,14 +20,16 @@ def _by_kind(texts: list[tuple[str, str]], kind: str) -> list[str]:
 
 def test_it_extracts_the_facts_people_lose() -> None:
     history = [
-        _user(
+        user(
             "Fix src/app/views.py so port 8080 uses `DATABASE_URL`; see "
             "https://docs.example.com/db. Ask Maria Lopez, run `pytest -q tests/web`, "
             'and call the release "blue falcon".'
         ),
-        _call("bash", id="c1", command="make deploy"),
-        _ret("bash", "ok\nValueError: invalid literal for int() with base 10: 'abc'", id="c1"),
-        _text("I will edit ./config/settings.py next."),
+        tool_call("bash", id="c1", command="make deploy"),
+        tool_result(
+            "bash", "ok\nValueError: invalid literal for int() with base 10: 'abc'", id="c1"
+        ),
+        reply("I will edit ./config/settings.py next."),
     ]
     items = [(i.kind, i.text) for i in extract_ledger(history).items]
     assert "src/app/views.py" in _by_kind(items, "path")
@@ -41,12 +43,15 @@ def test_it_extracts_the_facts_people_lose() -> None:
 
 
 def test_tool_outputs_give_only_their_errors() -> None:
-    history = [_call("read", id="c"), _ret("read", "see other/file.py and https://x.org", id="c")]
+    history = [
+        tool_call("read", id="c"),
+        tool_result("read", "see other/file.py and https://x.org", id="c"),
+    ]
     assert extract_ledger(history).items == []
 
 
 def test_reconcile_appends_only_what_the_summary_lacks() -> None:
-    ledger = extract_ledger([_user("Edit src/a.py and src/b.py on port 8080")])
+    ledger = extract_ledger([user("Edit src/a.py and src/b.py on port 8080")])
     result = reconcile("## Goal\nEdit src/a.py", ledger)
     assert [i.text for i in result.kept_by_summarizer] == ["src/a.py"]
     assert {i.text for i in result.added_by_ledger} == {"src/b.py", "8080"}
@@ -54,8 +59,8 @@ def test_reconcile_appends_only_what_the_summary_lacks() -> None:
 
 
 def test_facts_of_an_earlier_summary_are_carried_over() -> None:
-    first = reconcile("## Goal\nship", extract_ledger([_user("Deploy to host db-7.internal:5432")]))
-    again = extract_ledger([_user(f"[Summary of 4 earlier messages]\n{first.text}")])
+    first = reconcile("## Goal\nship", extract_ledger([user("Deploy to host db-7.internal:5432")]))
+    again = extract_ledger([user(f"[Summary of 4 earlier messages]\n{first.text}")])
     assert {i.text for i in again.items} >= {i.text for i in first.added_by_ledger}
 
 
@@ -65,7 +70,7 @@ def _items(*messages: ModelMessage, max_items: int | None = None) -> list[tuple[
 
 def test_identifiers_a_user_types_in_passing_are_kept() -> None:
     items = _items(
-        _user(
+        user(
             "By the way the outage hit db-west-3 and api-eu-1 in us-east-1 (OPS-1234, JIRA-77, "
             "CVE-2024-3094). We run v2.3.1, the candidate is 1.4.0-rc2 on python 3.12 and "
             "Postgres 16.2, the image is redis:7-alpine, the host db-7.internal:5432, mail "
@@ -102,17 +107,17 @@ def test_identifiers_a_user_types_in_passing_are_kept() -> None:
 
 
 def test_environments_are_facts_only_when_stated_as_environments() -> None:
-    assert "staging" in _by_kind(_items(_user("deploy to staging")), "identifier")
-    assert "Production" in _by_kind(_items(_user("Production is down again.")), "identifier")
-    stated = _items(_user("Reproduce it on the dev cluster, then in the test environment."))
+    assert "staging" in _by_kind(_items(user("deploy to staging")), "identifier")
+    assert "Production" in _by_kind(_items(user("Production is down again.")), "identifier")
+    stated = _items(user("Reproduce it on the dev cluster, then in the test environment."))
     assert {"dev cluster", "test environment"} <= set(_by_kind(stated, "identifier"))
-    plain = _items(_user("I want to test the development of the new dashboard locally."))
+    plain = _items(user("I want to test the development of the new dashboard locally."))
     assert _by_kind(plain, "identifier") == []
 
 
 def test_capitalised_paths_and_paths_at_the_start_of_a_sentence_are_kept() -> None:
     items = _items(
-        _user(
+        user(
             "Makefile is broken. Dockerfile too. Config/settings.yaml is wrong. Also check "
             "README.md, Docs/Setup.md, src/App.tsx, Jenkinsfile, LICENSE, .env, "
             "C:\\Work\\App.tsx and .pre-commit-config.yaml"
@@ -140,13 +145,15 @@ def test_capitalised_paths_and_paths_at_the_start_of_a_sentence_are_kept() -> No
 
 def test_every_path_an_agent_acted_on_is_kept() -> None:
     items = _items(
-        _call("read_file", id="c1", path="Makefile"),
-        _call("edit_file", id="c2", file_path="Docs/Setup.md", old_string="a", new_string="b"),
-        _call("read_many", id="c3", files=["Dockerfile", "src/App.tsx"]),
-        _call("move", id="c4", old_path="Config/settings.yaml", new_path="Config/Settings.yaml"),
-        _call("multi_edit", id="c5", edits=[{"path": "README.md", "text": "x"}]),
-        _call("bash", id="c6", command="make -f Makefile.ci lint && cat Dockerfile.prod"),
-        _call("notebook", id="c7", notebook_path="Analysis.ipynb"),
+        tool_call("read_file", id="c1", path="Makefile"),
+        tool_call("edit_file", id="c2", file_path="Docs/Setup.md", old_string="a", new_string="b"),
+        tool_call("read_many", id="c3", files=["Dockerfile", "src/App.tsx"]),
+        tool_call(
+            "move", id="c4", old_path="Config/settings.yaml", new_path="Config/Settings.yaml"
+        ),
+        tool_call("multi_edit", id="c5", edits=[{"path": "README.md", "text": "x"}]),
+        tool_call("bash", id="c6", command="make -f Makefile.ci lint && cat Dockerfile.prod"),
+        tool_call("notebook", id="c7", notebook_path="Analysis.ipynb"),
     )
     paths = _by_kind(items, "path")
     for path in (
@@ -166,7 +173,7 @@ def test_every_path_an_agent_acted_on_is_kept() -> None:
 
 
 def test_names_are_verbatim_runs_of_capitalised_words() -> None:
-    items = _items(_user("Ask Maria Lopez, Priya and Tom. The review goes to Grace Hopper Labs."))
+    items = _items(user("Ask Maria Lopez, Priya and Tom. The review goes to Grace Hopper Labs."))
     assert _by_kind(items, "name") == ["Maria Lopez", "Priya", "Tom", "Grace Hopper Labs"]
 
 
@@ -178,7 +185,7 @@ def test_ordinary_prose_gives_no_identifiers_and_no_paths() -> None:
         "the 2nd week of the 3-day sprint. Which of these should come first? I'd rather "
         "keep it simple, i.e. one change at a time... Set it up and make it work."
     )
-    for message in (_user(prose), _text(prose)):
+    for message in (user(prose), reply(prose)):
         items = _items(message)
         assert _by_kind(items, "identifier") == [], items
         assert _by_kind(items, "path") == [], items
@@ -188,15 +195,15 @@ def test_ordinary_prose_gives_no_identifiers_and_no_paths() -> None:
 
 def test_the_cap_keeps_user_facts_and_acted_on_paths() -> None:
     history: list[ModelMessage] = [
-        _user("Fix Config/settings.yaml for db-west-3 (OPS-1234)."),
-        _call("edit_file", id="e", path="Makefile"),
-        _ret("edit_file", "ok", id="e"),
+        user("Fix Config/settings.yaml for db-west-3 (OPS-1234)."),
+        tool_call("edit_file", id="e", path="Makefile"),
+        tool_result("edit_file", "ok", id="e"),
     ]
     for n in range(20):
         history += [
-            _text(f"Next I look at `helper_{n}` in pkg/mod_{n}.py."),
-            _call("bash", id=f"b{n}", command=f"make check-{n}"),
-            _ret("bash", f"ok\nValueError: bad record {n}", id=f"b{n}"),
+            reply(f"Next I look at `helper_{n}` in pkg/mod_{n}.py."),
+            tool_call("bash", id=f"b{n}", command=f"make check-{n}"),
+            tool_result("bash", f"ok\nValueError: bad record {n}", id=f"b{n}"),
         ]
     everything = extract_ledger(history)
     capped = extract_ledger(history, max_items=6)
@@ -216,7 +223,7 @@ def test_the_cap_keeps_user_facts_and_acted_on_paths() -> None:
 
 
 def test_when_the_cap_must_drop_user_facts_it_drops_the_lower_value_kinds_first() -> None:
-    history = [_user("Ask Maria Lopez to fix Config/settings.yaml on db-west-3 at port 8080.")]
+    history = [user("Ask Maria Lopez to fix Config/settings.yaml on db-west-3 at port 8080.")]
     capped = extract_ledger(history, max_items=2)
     assert [(i.kind, i.text) for i in capped.items] == [
         ("path", "Config/settings.yaml"),
@@ -231,6 +238,6 @@ def test_a_fact_is_kept_by_a_summary_only_when_stated_as_a_whole() -> None:
         assert not contains(summary, LedgerItem(kind=kind, text=text)), text  # type: ignore[arg-type]
     assert contains(summary, LedgerItem(kind="path", text="Makefile"))
     assert contains("ask Maria\n  Lopez", LedgerItem(kind="name", text="Maria Lopez"))
-    ledger = extract_ledger([_user("deploy db-west-3 to staging for OPS-1234 on port 8080")])
+    ledger = extract_ledger([user("deploy db-west-3 to staging for OPS-1234 on port 8080")])
     added = {i.text for i in reconcile(summary, ledger).added_by_ledger}
     assert {"db-west-3", "staging", "OPS-1234", "8080"} <= added

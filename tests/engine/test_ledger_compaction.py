@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from engine_builders import MODEL, _call, _ret, _text, _user, _words
+from engine_builders import MODEL
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -19,6 +19,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from ctxhub.governance import Threshold
 from ctxhub.governance.compact import compact, is_summary, transcript_text
 from ctxhub.governance.draft import SummaryDraft
+from tests.messages import reply, tool_call, tool_result, user, words
 
 TYPED = (
     "db-west-3",
@@ -48,31 +49,33 @@ ACTED_ON = (
 
 def _history() -> list[ModelMessage]:
     return [
-        _user("Prepare the release.", system="You are careful."),
-        _text("Ready."),
-        _user(
+        user("Prepare the release.", system="You are careful."),
+        reply("Ready."),
+        user(
             "While you are at it: the outage was on db-west-3 and api-eu-1, tracked in OPS-1234 "
             "and JIRA-77. We run v2.3.1 and the candidate is 1.4.0-rc2 on python 3.12; deploy "
             "to staging first, then production, with env=prod. Makefile is broken. "
             "Config/settings.yaml is wrong too."
         ),
-        _call("read_file", id="c1", path="Dockerfile"),
-        _ret("read_file", _words(400, "layer"), id="c1"),
-        _call("edit_file", id="c2", file_path="Docs/Setup.md", old_string="old", new_string="new"),
-        _ret("edit_file", _words(400, "edited"), id="c2"),
-        _call("read_many", id="c3", files=["src/App.tsx", "Vagrantfile"]),
-        _ret("read_many", _words(400, "component"), id="c3"),
-        _call("multi_edit", id="c4", edits=[{"path": "Config/Base.yaml", "new_string": "x"}]),
-        _ret("multi_edit", _words(400, "edit"), id="c4"),
-        _call("move", id="c5", old_path="Containerfile", new_path="build/Containerfile.prod"),
-        _ret("move", _words(400, "moved"), id="c5"),
-        _call("bash", id="c6", command="cat Jenkinsfile Procfile"),
-        _ret("bash", _words(400, "stage"), id="c6"),
-        _text("I read them all."),
-        _user("Now summarise what is left."),
-        _text("Nothing much."),
-        _user("Then tidy up."),
-        _text("Tidied."),
+        tool_call("read_file", id="c1", path="Dockerfile"),
+        tool_result("read_file", words(400, "layer"), id="c1"),
+        tool_call(
+            "edit_file", id="c2", file_path="Docs/Setup.md", old_string="old", new_string="new"
+        ),
+        tool_result("edit_file", words(400, "edited"), id="c2"),
+        tool_call("read_many", id="c3", files=["src/App.tsx", "Vagrantfile"]),
+        tool_result("read_many", words(400, "component"), id="c3"),
+        tool_call("multi_edit", id="c4", edits=[{"path": "Config/Base.yaml", "new_string": "x"}]),
+        tool_result("multi_edit", words(400, "edit"), id="c4"),
+        tool_call("move", id="c5", old_path="Containerfile", new_path="build/Containerfile.prod"),
+        tool_result("move", words(400, "moved"), id="c5"),
+        tool_call("bash", id="c6", command="cat Jenkinsfile Procfile"),
+        tool_result("bash", words(400, "stage"), id="c6"),
+        reply("I read them all."),
+        user("Now summarise what is left."),
+        reply("Nothing much."),
+        user("Then tidy up."),
+        reply("Tidied."),
     ]
 
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from engine_builders import MODEL, _call, _off, _ret, _tight, _user, _words
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 
 from ctxhub.governance import count_tokens, govern
+from tests.messages import tool_call, tool_result, user, words
 
 
 def _loop(n: int) -> list[ModelMessage]:
-    history: list[ModelMessage] = [_user("investigate")]
+    history: list[ModelMessage] = [user("investigate")]
     for i in range(n):
-        history += [_call("grep", id=f"g{i}"), _ret("grep", _words(200, f"r{i}"), id=f"g{i}")]
+        history += [
+            tool_call("grep", id=f"g{i}"),
+            tool_result("grep", words(200, f"r{i}"), id=f"g{i}"),
+        ]
     return history
 
 

@@ -9,19 +9,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from engine_builders import (
-    MODEL,
-    T0,
-    _call,
-    _calls,
-    _off,
-    _ret,
-    _rets,
-    _text,
-    _tight,
-    _user,
-    _words,
-)
+from engine_builders import MODEL, _off, _tight
 from provider_rules import assert_provider_valid, provider_violations, result_ids
 from pydantic_ai.messages import (
     ModelMessage,
@@ -37,6 +25,7 @@ from ctxhub.governance.counting import message_facts
 from ctxhub.governance.steps import normalize as normalize_module
 from ctxhub.governance.steps.normalize import Pairing, normalize, pairing_problems
 from ctxhub.governance.tokens import tokenizer_for
+from tests.messages import T0, reply, tool_call, tool_calls, tool_result, tool_results, user, words
 
 BIG = 100_000
 
@@ -87,60 +76,82 @@ def _governed(history: list[ModelMessage], policy: Policy | None = None) -> list
 # --- the oracle itself ------------------------------------------------------------------------
 
 VALID: dict[str, list[ModelMessage]] = {
-    "no tools": [_user("go"), _text("ok"), _user("more")],
-    "one call": [_user("go"), _call("a", id="c1"), _ret("a", "r", id="c1"), _text("done")],
-    "parallel": [
-        _user("go"),
-        _calls(("a", "c1"), ("b", "c2")),
-        _rets(("b", 1, "c2"), ("a", 2, "c1")),
+    "no tools": [user("go"), reply("ok"), user("more")],
+    "one call": [
+        user("go"),
+        tool_call("a", id="c1"),
+        tool_result("a", "r", id="c1"),
+        reply("done"),
     ],
-    "retry answers": [_user("go"), _call("a", id="c1"), _retry("a", "bad args", id="c1")],
+    "parallel": [
+        user("go"),
+        tool_calls(("a", "c1"), ("b", "c2")),
+        tool_results(("b", 1, "c2"), ("a", 2, "c1")),
+    ],
+    "retry answers": [user("go"), tool_call("a", id="c1"), _retry("a", "bad args", id="c1")],
     "results then a prompt": [
-        _user("go"),
-        _call("a", id="c1"),
-        ModelRequest(parts=[*_ret("a", "r", id="c1").parts, *_user("and now").parts]),
+        user("go"),
+        tool_call("a", id="c1"),
+        ModelRequest(parts=[*tool_result("a", "r", id="c1").parts, *user("and now").parts]),
     ],
 }
 
 BROKEN: dict[str, list[ModelMessage]] = {
-    "late return": [_user("go"), _call("a", id="c1"), _user("next"), _ret("a", "late", id="c1")],
+    "late return": [
+        user("go"),
+        tool_call("a", id="c1"),
+        user("next"),
+        tool_result("a", "late", id="c1"),
+    ],
     "late after a response": [
-        _user("go"),
-        _call("a", id="c1"),
-        _text("hm"),
-        _ret("a", "x", id="c1"),
+        user("go"),
+        tool_call("a", id="c1"),
+        reply("hm"),
+        tool_result("a", "x", id="c1"),
     ],
-    "return before its call": [_user("go"), _ret("a", "early", id="c1"), _call("a", id="c1")],
-    "duplicated return": [_user("go"), _call("a", id="c1"), _rets(("a", 1, "c1"), ("a", 2, "c1"))],
+    "return before its call": [
+        user("go"),
+        tool_result("a", "early", id="c1"),
+        tool_call("a", id="c1"),
+    ],
+    "duplicated return": [
+        user("go"),
+        tool_call("a", id="c1"),
+        tool_results(("a", 1, "c1"), ("a", 2, "c1")),
+    ],
     "duplicate a turn later": [
-        _user("go"),
-        _call("a", id="c1"),
-        _ret("a", "r", id="c1"),
-        _text("ok"),
-        _ret("a", "again", id="c1"),
+        user("go"),
+        tool_call("a", id="c1"),
+        tool_result("a", "r", id="c1"),
+        reply("ok"),
+        tool_result("a", "again", id="c1"),
     ],
-    "unknown id": [_user("go"), _call("a", id="c1"), _rets(("a", 1, "c1"), ("z", 2, "zz"))],
-    "result opening the history": [_ret("a", "stale", id="c0"), _user("go")],
-    "dangling mid-history": [_user("go"), _call("a", id="c1"), _user("next"), _text("ok")],
-    "dangling at the end": [_user("go"), _calls(("a", "c1"), ("b", "c2"))],
-    "call followed by a response": [_user("go"), _call("a", id="c1"), _text("ok")],
+    "unknown id": [
+        user("go"),
+        tool_call("a", id="c1"),
+        tool_results(("a", 1, "c1"), ("z", 2, "zz")),
+    ],
+    "result opening the history": [tool_result("a", "stale", id="c0"), user("go")],
+    "dangling mid-history": [user("go"), tool_call("a", id="c1"), user("next"), reply("ok")],
+    "dangling at the end": [user("go"), tool_calls(("a", "c1"), ("b", "c2"))],
+    "call followed by a response": [user("go"), tool_call("a", id="c1"), reply("ok")],
     "parallel across two requests": [
-        _user("go"),
-        _calls(("a", "c1"), ("b", "c2")),
-        _ret("a", "one", id="c1"),
-        _ret("b", "two", id="c2"),
+        user("go"),
+        tool_calls(("a", "c1"), ("b", "c2")),
+        tool_result("a", "one", id="c1"),
+        tool_result("b", "two", id="c2"),
     ],
     "interrupted turn": [
-        _user("go"),
-        _calls(("a", "c1"), ("b", "c2")),
+        user("go"),
+        tool_calls(("a", "c1"), ("b", "c2")),
         _aborted(),
-        _user("<turn_aborted>stopped</turn_aborted>"),
-        _ret("b", "late", id="c2"),
+        user("<turn_aborted>stopped</turn_aborted>"),
+        tool_result("b", "late", id="c2"),
     ],
     "retry a message late": [
-        _user("go"),
-        _call("a", id="c1"),
-        _user("x"),
+        user("go"),
+        tool_call("a", id="c1"),
+        user("x"),
         _retry("a", "no", id="c1"),
     ],
 }
@@ -173,7 +184,7 @@ def test_valid_histories_pass_through_untouched(name: str) -> None:
 
 
 def test_dangling_call_gets_a_synthetic_result_right_after_it() -> None:
-    history: list[ModelMessage] = [_user("go"), _call("read", id="c1"), _user("next")]
+    history: list[ModelMessage] = [user("go"), tool_call("read", id="c1"), user("next")]
     out = _governed(history)
     answer = out[2]
     assert isinstance(answer, ModelRequest)
@@ -188,14 +199,14 @@ def test_dangling_call_gets_a_synthetic_result_right_after_it() -> None:
 
 
 def test_dangling_call_at_the_end_gets_a_new_request() -> None:
-    history: list[ModelMessage] = [_user("go"), _calls(("a", "c1"), ("b", "c2"))]
+    history: list[ModelMessage] = [user("go"), tool_calls(("a", "c1"), ("b", "c2"))]
     out = _governed(history)
     assert len(out) == 3
     assert [p.tool_call_id for p in out[2].parts] == ["c1", "c2"]  # type: ignore[union-attr]
 
 
 def test_call_followed_by_a_response_gets_a_request_in_between() -> None:
-    history: list[ModelMessage] = [_user("go"), _call("a", id="c1"), _text("ok"), _user("more")]
+    history: list[ModelMessage] = [user("go"), tool_call("a", id="c1"), reply("ok"), user("more")]
     out = _governed(history)
     assert len(out) == 5
     assert result_ids(out[2]) == ["c1"]
@@ -204,7 +215,7 @@ def test_call_followed_by_a_response_gets_a_request_in_between() -> None:
 
 def test_dangling_text_is_configurable() -> None:
     policy = _tight(BIG, **_off(), dangling_call_text="aborted")
-    governed = govern([_user("go"), _call("x", id="c1")], policy, model=MODEL)
+    governed = govern([user("go"), tool_call("x", id="c1")], policy, model=MODEL)
     assert governed.messages[-1].parts[0].content == "aborted"  # type: ignore[union-attr]
 
 
@@ -213,10 +224,10 @@ def test_dangling_text_is_configurable() -> None:
 
 def test_orphan_result_is_removed_and_reported() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _ret("read", "stale", id="gone"),
-        _text("ok"),
-        _user("again"),
+        user("go"),
+        tool_result("read", "stale", id="gone"),
+        reply("ok"),
+        user("again"),
     ]
     governed = govern(history, _plain(), model=MODEL)
     assert_provider_valid(governed.messages)
@@ -227,9 +238,9 @@ def test_orphan_result_is_removed_and_reported() -> None:
 
 def test_orphan_next_to_a_valid_result_removes_only_the_orphan() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _call("a", id="c1"),
-        _rets(("a", "fine", "c1"), ("b", "x", "zz")),
+        user("go"),
+        tool_call("a", id="c1"),
+        tool_results(("a", "fine", "c1"), ("b", "x", "zz")),
     ]
     governed = govern(history, _plain(), model=MODEL)
     assert [p.tool_call_id for p in governed.messages[2].parts] == ["c1"]  # type: ignore[union-attr]
@@ -279,12 +290,12 @@ def test_a_late_result_moves_to_the_request_right_after_its_call() -> None:
 
 def test_a_result_two_messages_late_is_reported_moved_where_it_was_and_where_it_went() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _call("read", id="c1"),
-        _user("and check the tests"),
-        _ret("read", _words(300), id="c1"),
-        _text("done"),
-        _user("more"),
+        user("go"),
+        tool_call("read", id="c1"),
+        user("and check the tests"),
+        tool_result("read", words(300), id="c1"),
+        reply("done"),
+        user("more"),
     ]
     governed = govern(history, _plain(), model=MODEL)
     # The result now sits right after its call, ahead of the prompt it came after.
@@ -318,11 +329,11 @@ def test_a_result_two_messages_late_is_reported_moved_where_it_was_and_where_it_
 def test_a_late_result_moved_out_of_a_request_that_stays_is_reported_moved_in_it() -> None:
     late = ModelRequest(
         parts=[
-            ToolReturnPart("read", _words(200), tool_call_id="c1", timestamp=T0),
+            ToolReturnPart("read", words(200), tool_call_id="c1", timestamp=T0),
             UserPromptPart("also this", timestamp=T0),
         ]
     )
-    history: list[ModelMessage] = [_user("go"), _call("read", id="c1"), _user("wait"), late]
+    history: list[ModelMessage] = [user("go"), tool_call("read", id="c1"), user("wait"), late]
     governed = govern(history, _plain(), model=MODEL)
     assert governed.messages[2].parts == [late.parts[0], history[2].parts[0]]
     assert governed.messages[3].parts == [late.parts[1]]
@@ -338,7 +349,7 @@ def test_a_late_result_moved_out_of_a_request_that_stays_is_reported_moved_in_it
 
 
 def test_a_late_result_after_a_response_gets_a_request_after_its_call() -> None:
-    history: list[ModelMessage] = [*BROKEN["late after a response"], _user("again")]
+    history: list[ModelMessage] = [*BROKEN["late after a response"], user("again")]
     out = _governed(history)
     assert len(out) == 5
     assert _answers(out[2]) == {"c1": "x"}
@@ -349,8 +360,8 @@ def test_a_late_result_after_a_response_gets_a_request_after_its_call() -> None:
 def test_parallel_results_split_over_two_requests_are_joined() -> None:
     history: list[ModelMessage] = [
         *BROKEN["parallel across two requests"],
-        _text("done"),
-        _user("more"),
+        reply("done"),
+        user("more"),
     ]
     out = _governed(history)
     assert len(out) == 5
@@ -360,14 +371,14 @@ def test_parallel_results_split_over_two_requests_are_joined() -> None:
 
 def test_a_late_result_across_turns_still_answers_its_call() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _calls(("a", "c1"), ("b", "c2")),
-        _ret("a", "one", id="c1"),
-        _text("partial"),
-        _user("next"),
-        _text("ok"),
-        _rets(("b", "two", "c2"), ("z", "?", "zz")),
-        _user("last"),
+        user("go"),
+        tool_calls(("a", "c1"), ("b", "c2")),
+        tool_result("a", "one", id="c1"),
+        reply("partial"),
+        user("next"),
+        reply("ok"),
+        tool_results(("b", "two", "c2"), ("z", "?", "zz")),
+        user("last"),
     ]
     out = _governed(history)
     assert _answers(out[2]) == {"c1": "one", "c2": "two"}
@@ -382,7 +393,7 @@ def test_a_late_retry_prompt_moves_like_a_return() -> None:
 
 def test_interrupted_turn_gets_its_late_result_and_keeps_the_markers() -> None:
     history = BROKEN["interrupted turn"]
-    out = _governed([*history, _user("again")])
+    out = _governed([*history, user("again")])
     assert _answers(out[2]) == {"c1": "Interrupted by user.", "c2": "late"}
     assert isinstance(out[2], ModelRequest)
     assert out[2].state == "interrupted"
@@ -391,11 +402,11 @@ def test_interrupted_turn_gets_its_late_result_and_keeps_the_markers() -> None:
 
 def test_a_reused_id_is_answered_by_its_newest_call() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _call("a", id="c1"),
-        _user("next"),
-        _call("a", id="c1"),
-        _ret("a", "for the second", id="c1"),
+        user("go"),
+        tool_call("a", id="c1"),
+        user("next"),
+        tool_call("a", id="c1"),
+        tool_result("a", "for the second", id="c1"),
     ]
     out = _governed(history)
     assert _answers(out[2]) == {"c1": "Interrupted by user."}
@@ -404,27 +415,27 @@ def test_a_reused_id_is_answered_by_its_newest_call() -> None:
 
 def test_a_repeated_id_within_one_response_is_answered_twice() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _calls(("a", "c1"), ("a", "c1")),
-        _ret("a", "first", id="c1"),
-        _ret("a", "second", id="c1"),
+        user("go"),
+        tool_calls(("a", "c1"), ("a", "c1")),
+        tool_result("a", "first", id="c1"),
+        tool_result("a", "second", id="c1"),
     ]
     out = _governed(history)
     assert [p.content for p in out[2].parts] == ["first", "second"]  # type: ignore[union-attr]
 
 
 def test_repairs_survive_the_window_and_group_dropping() -> None:
-    history: list[ModelMessage] = [_user("start"), _text("ok")]
+    history: list[ModelMessage] = [user("start"), reply("ok")]
     for n in range(12):
         history += [
-            _user(f"task {n}"),
-            _calls(("read", f"a{n}"), ("grep", f"b{n}")),
-            _ret("read", _words(300), id=f"a{n}"),
-            _text("thinking"),
-            _ret("grep", _words(300), id=f"b{n}"),
-            _call("read", id=f"c{n}"),
+            user(f"task {n}"),
+            tool_calls(("read", f"a{n}"), ("grep", f"b{n}")),
+            tool_result("read", words(300), id=f"a{n}"),
+            reply("thinking"),
+            tool_result("grep", words(300), id=f"b{n}"),
+            tool_call("read", id=f"c{n}"),
         ]
-    history.append(_user("now"))
+    history.append(user("now"))
     for budget in (1_500, 3_000, 6_000):
         policy = _tight(budget, **_off(window={"enabled": True}, drop_groups=True))
         _governed(history, policy)
@@ -468,7 +479,7 @@ def _normalize_grown(history: list[ModelMessage]) -> list[list[ModelMessage]]:
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_a_pairing_carried_over_a_growing_history_repairs_as_a_fresh_one(name: str) -> None:
-    for messages in _normalize_grown([*BROKEN[name], _text("ok"), _user("more")]):
+    for messages in _normalize_grown([*BROKEN[name], reply("ok"), user("more")]):
         assert_provider_valid(messages)
 
 
@@ -477,13 +488,13 @@ def test_a_grown_history_is_repaired_again_only_from_where_its_repair_changes() 
     # last repair up reads only the sites from the late result's call on.
     history: list[ModelMessage] = []
     for n in range(40):
-        history += [_user(f"task {n}"), _call("read", id=f"c{n}")]
-    history += [_user("go on"), _call("read", id="late"), _text("waiting")]
+        history += [user(f"task {n}"), tool_call("read", id=f"c{n}")]
+    history += [user("go on"), tool_call("read", id="late"), reply("waiting")]
     tokenizer = tokenizer_for(MODEL)
     facts = [message_facts(m, tokenizer) for m in history]
     pairing = Pairing().extended(facts)
     before = normalize(history, facts, tokenizer, "stop", pairing)
-    grown = [*history, _ret("read", "the late result", id="late"), _user("thanks")]
+    grown = [*history, tool_result("read", "the late result", id="late"), user("thanks")]
     grown_facts = [*facts, *(message_facts(m, tokenizer) for m in grown[-2:])]
     read: list[int] = []
     with mock.patch.object(normalize_module, "_answers", _spy(normalize_module._answers, read)):
@@ -510,10 +521,10 @@ def test_a_history_grown_past_its_last_repair_is_taken_up_before_its_last_messag
     # takes the pass up just before its last message, not at the one repair however far back,
     # and the messages copied since stay one run.
     tokenizer = tokenizer_for(MODEL)
-    history = [_user("task"), _call("read", id="lost"), _user("go on")]
+    history = [user("task"), tool_call("read", id="lost"), user("go on")]
     pairing, previous = Pairing(), None
     for n in range(30):
-        history += [_call("read", id=f"c{n}"), _ret("read", f"out {n}", id=f"c{n}")]
+        history += [tool_call("read", id=f"c{n}"), tool_result("read", f"out {n}", id=f"c{n}")]
         facts = [message_facts(m, tokenizer) for m in history]
         pairing = pairing.extended(facts)
         carried = normalize(history, facts, tokenizer, "stop", pairing, previous)
@@ -539,7 +550,7 @@ def _spy(function: Any, calls: list[int]) -> Any:
 
 
 def test_normalize_records_where_a_moved_result_came_from() -> None:
-    history = [*BROKEN["parallel across two requests"], _text("done"), _user("more")]
+    history = [*BROKEN["parallel across two requests"], reply("done"), user("more")]
     tokenizer = tokenizer_for(MODEL)
     facts = [message_facts(m, tokenizer) for m in history]
     normalized = normalize(history, facts, tokenizer, "stop")
@@ -556,14 +567,14 @@ def test_normalize_records_where_a_moved_result_came_from() -> None:
 
 def test_turn_aborted_markers_are_kept() -> None:
     interrupted = _aborted()
-    marker = _user("<turn_aborted>user pressed ctrl-c</turn_aborted>")
+    marker = user("<turn_aborted>user pressed ctrl-c</turn_aborted>")
     history: list[ModelMessage] = [
-        _user("go"),
-        _text("hm"),
+        user("go"),
+        reply("hm"),
         interrupted,
         marker,
-        _text("ok"),
-        _user("again"),
+        reply("ok"),
+        user("again"),
     ]
     governed = govern(history, _plain(), model=MODEL)
     assert interrupted in governed.messages
@@ -572,10 +583,10 @@ def test_turn_aborted_markers_are_kept() -> None:
 
 def test_valid_history_passes_through_as_the_same_objects() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _call("a", id="c1"),
-        _ret("a", "r", id="c1"),
-        _text("done"),
+        user("go"),
+        tool_call("a", id="c1"),
+        tool_result("a", "r", id="c1"),
+        reply("done"),
     ]
     governed = govern(history, _plain(), model=MODEL)
     assert all(a is b for a, b in zip(governed.messages, history, strict=True))
@@ -584,9 +595,9 @@ def test_valid_history_passes_through_as_the_same_objects() -> None:
 
 def test_input_is_never_mutated() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _call("a", id="c1"),
-        _ret("zz", "orphan", id="nope"),
+        user("go"),
+        tool_call("a", id="c1"),
+        tool_result("zz", "orphan", id="nope"),
     ]
     snapshot = copy.deepcopy(history)
     govern(history, _plain(), model=MODEL)

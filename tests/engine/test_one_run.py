@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from compact_builders import scripted_summarizer
-from engine_builders import MODEL, T0, _call, _off, _ret, _text, _tight, _user, _words
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -24,20 +24,24 @@ from ctxhub.governance import compact, govern
 from ctxhub.governance.compact import is_summary
 from ctxhub.governance.draft import SummaryDraft
 from ctxhub.governance.steps.normalize import pairing_problems
+from tests.messages import T0, reply, tool_call, tool_result, user, words
 
 
 def _one_prompt(groups: int, size: int = 400) -> list[ModelMessage]:
     """One user request, then ``groups`` tool call/return pairs: no turn ever ends."""
-    history: list[ModelMessage] = [_user("migrate the billing tables", system="be careful")]
+    history: list[ModelMessage] = [user("migrate the billing tables", system="be careful")]
     for i in range(groups):
-        history += [_call("run", id=f"r{i}"), _ret("run", _words(size, f"out{i}"), id=f"r{i}")]
+        history += [
+            tool_call("run", id=f"r{i}"),
+            tool_result("run", words(size, f"out{i}"), id=f"r{i}"),
+        ]
     return history
 
 
 def _retries(count: int, size: int = 400, *, legacy: bool = False) -> list[ModelMessage]:
     """One user request, then ``count`` large invalid answers, each refused by retry feedback
     (or by the older retry prompt)."""
-    history: list[ModelMessage] = [_user("answer in JSON", system="be careful")]
+    history: list[ModelMessage] = [user("answer in JSON", system="be careful")]
     for i in range(count):
         feedback: RetryFeedbackPart | RetryPromptPart = (
             RetryPromptPart(f"invalid JSON #{i}", timestamp=T0)
@@ -47,7 +51,7 @@ def _retries(count: int, size: int = 400, *, legacy: bool = False) -> list[Model
             )
         )
         history += [
-            ModelResponse(parts=[Text(_words(size, f"bad{i}"))], timestamp=T0),
+            ModelResponse(parts=[Text(words(size, f"bad{i}"))], timestamp=T0),
             ModelRequest(parts=[feedback]),
         ]
     return history
@@ -134,12 +138,15 @@ def test_retry_exchanges_are_droppable_groups(legacy: bool) -> None:
 
 def test_a_token_keep_counts_the_current_turn_as_a_message_keep_does() -> None:
     # Two turns; the current one alone holds 20 movable messages of about 40 tokens.
-    history: list[ModelMessage] = [_user("start"), _text("ok")]
+    history: list[ModelMessage] = [user("start"), reply("ok")]
     for turn in range(5):
-        history += [_user(f"old {turn}"), _text(_words(40, f"old{turn}"))]
-    history.append(_user("migrate the billing tables"))
+        history += [user(f"old {turn}"), reply(words(40, f"old{turn}"))]
+    history.append(user("migrate the billing tables"))
     for i in range(10):
-        history += [_call("run", id=f"c{i}"), _ret("run", _words(30, f"x{i}"), id=f"c{i}")]
+        history += [
+            tool_call("run", id=f"c{i}"),
+            tool_result("run", words(30, f"x{i}"), id=f"c{i}"),
+        ]
     by_messages = govern(
         history,
         _tight(
@@ -177,10 +184,10 @@ def test_a_token_keep_counts_the_current_turn_as_a_message_keep_does() -> None:
 
 def test_a_token_trigger_counts_what_a_message_trigger_counts() -> None:
     # A large pinned message and head; the movable messages are few and small.
-    history: list[ModelMessage] = [_user(_words(2000, "head")), _text("ok")]
-    history += [_user(_words(2000, "pinned")), _text("noted")]
+    history: list[ModelMessage] = [user(words(2000, "head")), reply("ok")]
+    history += [user(words(2000, "pinned")), reply("noted")]
     for turn in range(4):
-        history += [_user(f"q{turn}"), _text(f"a{turn}")]
+        history += [user(f"q{turn}"), reply(f"a{turn}")]
     policy = _tight(
         1_000_000,
         **_window(

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from engine_builders import MODEL, T0, _call, _ret, _text, _tight, _user, _words
+from engine_builders import MODEL, _tight
 from hypothesis import HealthCheck, Phase, given, note, seed, settings
 from hypothesis import strategies as st
 from long_histories import Spec, build
@@ -45,6 +45,7 @@ from pydantic_ai.messages import (
 
 from ctxhub.governance import Policy, count_tokens, govern
 from ctxhub.governance.policy import MIN_TRUNCATION_TOKENS
+from tests.messages import T0, reply, tool_call, tool_result, user, words
 
 # Histories hold legacy retry prompts; copying one warns that the class is deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
@@ -572,15 +573,15 @@ def test_a_long_history_grown_governs_as_a_cold_one(spec: Spec, policy: Policy, 
 
 def test_a_pinned_call_whose_id_is_reused_later_keeps_its_own_answer() -> None:
     history: list[ModelMessage] = [
-        _user("go"),
-        _text("ok"),
-        _user("task"),
-        _call("read", id="c1"),  # pinned; answered "interrupted" in the next request
-        _user("next"),
-        _call("read", id="c1"),  # the id reused
-        _ret("read", _words(3000), id="c1"),
-        _text("done"),
-        _user("now"),
+        user("go"),
+        reply("ok"),
+        user("task"),
+        tool_call("read", id="c1"),  # pinned; answered "interrupted" in the next request
+        user("next"),
+        tool_call("read", id="c1"),  # the id reused
+        tool_result("read", words(3000), id="c1"),
+        reply("done"),
+        user("now"),
     ]
     governed = govern(history, _tight(1000), model=MODEL, pinned={3})
     assert provider_violations(governed.messages) == []
@@ -588,11 +589,11 @@ def test_a_pinned_call_whose_id_is_reused_later_keeps_its_own_answer() -> None:
 
 def test_governing_an_output_that_does_not_fit_again_changes_nothing() -> None:
     history: list[ModelMessage] = [
-        _user("task 0"),
-        _call("read", id="c1"),
-        _ret("read", _words(2000), id="c1"),
-        _text("done"),
-        _user(_words(1500)),
+        user("task 0"),
+        tool_call("read", id="c1"),
+        tool_result("read", words(2000), id="c1"),
+        reply("done"),
+        user(words(1500)),
     ]
     policy = _tight(1000)
     governed = govern(history, policy, model=MODEL)

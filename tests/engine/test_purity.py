@@ -7,12 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine_builders import MODEL, _call, _ret, _text, _tight, _user, _words
+from engine_builders import MODEL, _tight
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from ctxhub.governance import ContextReport, govern
 from ctxhub.governance.steps.truncate import truncate_text
 from ctxhub.governance.tokens import APPROXIMATE_FALLBACK, Tokenizer
+from tests.messages import reply, tool_call, tool_result, user, words
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,11 +32,11 @@ def test_importing_the_engine_imports_neither_django_nor_celery() -> None:
 
 def _governed():  # type: ignore[no-untyped-def]
     history = [
-        _user("go", system="sys"),
-        _call("read", id="c1"),
-        _ret("read", _words(3000), id="c1"),
+        user("go", system="sys"),
+        tool_call("read", id="c1"),
+        tool_result("read", words(3000), id="c1"),
     ]
-    history += [_text("ok"), _user("more"), _call("read", id="c2")]
+    history += [reply("ok"), user("more"), tool_call("read", id="c2")]
     return govern(history, _tight(2000, tool_output={"limit": 100}), model=MODEL)
 
 

@@ -8,7 +8,6 @@ import json
 import httpx2
 import openai
 import pytest
-from engine_builders import _call, _ret, _text, _user, _words
 from pydantic_ai import Agent, ModelContextWindowExceededError
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
@@ -26,21 +25,22 @@ from ctxhub.governance import ContextGovernor, Policy
 from ctxhub.governance.recovery import OverflowRecovery, is_context_overflow, stated_sizes
 from ctxhub.governance.steps.normalize import pairing_problems
 from tests.fakes.openai_server import FakeOpenAI, fake_openai, prompt_chars
+from tests.messages import reply, tool_call, tool_result, user, words
 
 __all__ = ["fake_openai"]  # the fixture, imported for pytest
 
 
 def _long_history(turns: int = 30) -> list[ModelMessage]:
     history: list[ModelMessage] = [
-        _user("Audit the repository", system="You are careful."),
-        _text("Ok."),
+        user("Audit the repository", system="You are careful."),
+        reply("Ok."),
     ]
     for k in range(turns):
         history += [
-            _user(f"check file {k}"),
-            _call("read_file", id=f"c{k}", path=f"f{k}.py"),
-            _ret("read_file", _words(300, f"w{k}"), id=f"c{k}"),
-            _text(f"file {k} is fine"),
+            user(f"check file {k}"),
+            tool_call("read_file", id=f"c{k}", path=f"f{k}.py"),
+            tool_result("read_file", words(300, f"w{k}"), id=f"c{k}"),
+            reply(f"file {k} is fine"),
         ]
     return history
 
@@ -248,7 +248,7 @@ async def test_a_run_remembers_the_size_that_went_through(separate: bool) -> Non
     @agent.tool_plain
     def read_file(path: str) -> str:
         """Read a file."""
-        return _words(300, path)
+        return words(300, path)
 
     result = await agent.run("and now check eight more", message_history=_long_history())
     assert result.output == "done"

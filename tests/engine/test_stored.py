@@ -18,18 +18,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, overload
 
 import pytest
-from engine_builders import (
-    MODEL,
-    T0,
-    _call,
-    _calls,
-    _ret,
-    _rets,
-    _text,
-    _user,
-    _words,
-    carried_lengths,
-)
+from engine_builders import MODEL, carried_lengths
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -57,6 +46,7 @@ from ctxhub.governance import Governed, Policy, govern
 from ctxhub.governance.counting import FACTS_VERSION, MessageFacts, message_facts
 from ctxhub.governance.steps.normalize import Pairing
 from ctxhub.governance.tokens import tokenizer_for
+from tests.messages import T0, reply, tool_call, tool_calls, tool_result, tool_results, user, words
 
 TOKENIZER = tokenizer_for(MODEL)
 PARIS = timezone(timedelta(hours=2))
@@ -134,23 +124,26 @@ def _allowed(governed: Governed, facts: list[MessageFacts], instructions: str | 
 def _every_kind() -> list[ModelMessage]:
     """One message of every kind the builders and the engine make, and some odd ones."""
     notice = govern(
-        [_user("start"), *(_text(_words(300)) for _ in range(6)), _user("now")],
+        [user("start"), *(reply(words(300)) for _ in range(6)), user("now")],
         Policy(context_window=1_500, reserved_output_tokens=0, safety_margin=0),
         model=MODEL,
     ).messages
-    rounds = [(_call("read", id=f"r{n}"), _ret("read", "x " * 900, id=f"r{n}")) for n in range(4)]
+    rounds = [
+        (tool_call("read", id=f"r{n}"), tool_result("read", "x " * 900, id=f"r{n}"))
+        for n in range(4)
+    ]
     masked = govern(
-        [_user("go"), *(m for pair in rounds for m in pair)],
+        [user("go"), *(m for pair in rounds for m in pair)],
         Policy.model_validate({"masking": {"keep_first": 1, "keep_last": 1, "apply": "always"}}),
         model=MODEL,
     ).messages
     return [
-        _user("hello", system="You are careful."),
-        _text("an answer"),
-        _call("read", id="c1", path="a.py"),
-        _calls(("read", "c2"), ("grep", "c3")),
-        _ret("read", {"lines": [1, 2]}, id="c1"),
-        _rets(("read", "one", "c2"), ("grep", "two", "c3")),
+        user("hello", system="You are careful."),
+        reply("an answer"),
+        tool_call("read", id="c1", path="a.py"),
+        tool_calls(("read", "c2"), ("grep", "c3")),
+        tool_result("read", {"lines": [1, 2]}, id="c1"),
+        tool_results(("read", "one", "c2"), ("grep", "two", "c3")),
         ModelRequest(parts=[UserPromptPart("<turn_aborted> stop")]),
         ModelRequest(parts=[UserPromptPart("cut")], state="interrupted"),
         ModelRequest(parts=[UserPromptPart("with rules", timestamp=T0)], instructions="Be brief."),
@@ -205,11 +198,11 @@ def test_facts_record_what_the_report_and_the_window_read() -> None:
     assert facts.part_tool_names == ("read", None)
     assert facts.instructions
     assert facts.timestamp == T0
-    assert not message_facts(_user("plain"), TOKENIZER).instructions
+    assert not message_facts(user("plain"), TOKENIZER).instructions
 
 
 def test_facts_of_another_version_or_malformed_are_refused() -> None:
-    value = message_facts(_user("hi"), TOKENIZER).to_json()
+    value = message_facts(user("hi"), TOKENIZER).to_json()
     with pytest.raises(ValueError, match="version 0"):
         MessageFacts.from_json({**value, "v": 0})
     with pytest.raises(ValueError, match="version None"):
@@ -227,7 +220,7 @@ def test_facts_of_another_version_or_malformed_are_refused() -> None:
 
 
 def test_facts_must_match_the_messages() -> None:
-    history: list[ModelMessage] = [_user("a"), _text("b")]
+    history: list[ModelMessage] = [user("a"), reply("b")]
     with pytest.raises(ValueError, match="1 facts given for 2 messages"):
         govern(history, model=MODEL, facts=[stored(history[0])])
 
@@ -309,13 +302,16 @@ def test_a_stored_history_grown_one_message_at_a_time_governs_as_a_cold_one(
 
 
 def _long_session(turns: int) -> list[ModelMessage]:
-    history: list[ModelMessage] = [_user("start", system="You are careful.")]
+    history: list[ModelMessage] = [user("start", system="You are careful.")]
     for turn in range(turns):
-        history.append(_user(f"task {turn}"))
+        history.append(user(f"task {turn}"))
         for n in range(3):
             call_id = f"t{turn}c{n}"
-            history += [_call("read", id=call_id), _ret("read", _words(400, f"w{n}"), id=call_id)]
-        history.append(_text(f"done {turn}"))
+            history += [
+                tool_call("read", id=call_id),
+                tool_result("read", words(400, f"w{n}"), id=call_id),
+            ]
+        history.append(reply(f"done {turn}"))
     return history
 
 
@@ -345,7 +341,7 @@ def test_results_read_before_or_after_their_stored_history_grew_report_as_cold_c
     # result is read no more; a result still unread keeps what it reports, whenever its report
     # is built. The call left unanswered at the start makes pair repair change the history.
     session = _long_session(20)
-    session[2:2] = [_call("read", id="lost"), _user("never mind")]
+    session[2:2] = [tool_call("read", id="lost"), user("never mind")]
     policy = Policy(context_window=5_000, reserved_output_tokens=0)
     facts = [stored(m) for m in session]
     sizes = (len(session) - 9, len(session) - 5, len(session))
@@ -365,7 +361,7 @@ def test_a_stored_history_that_does_not_extend_the_remembered_one_leaves_it_to_e
     facts = [stored(m) for m in session]
     size = len(session) - 2
     govern(session[:size], policy, model=MODEL, facts=facts[:size]).report  # noqa: B018
-    edited = [*session[:3], _user("another task"), *session[4:]]
+    edited = [*session[:3], user("another task"), *session[4:]]
     other = [*facts[:3], stored(edited[3]), *facts[4:]]
     with carried_lengths() as seen:
         apart = govern(edited, policy, model=MODEL, facts=other)

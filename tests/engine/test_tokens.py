@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine_builders import MODEL, T0, _call, _off, _ret, _text, _tight, _user, _words
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import (
     ImageUrl,
     ModelRequest,
@@ -20,6 +20,7 @@ import ctxhub.governance.counting as counting
 from ctxhub.governance import count_tokens, govern
 from ctxhub.governance.counting import cached_part_tokens, message_facts
 from ctxhub.governance.tokens import context_window, load_encoding, tokenizer_for
+from tests.messages import T0, reply, tool_call, tool_result, user, words
 
 
 def test_encodings_per_model_family() -> None:
@@ -79,16 +80,16 @@ def test_context_windows_by_family_with_override() -> None:
     assert context_window("openai:gpt-4.1-mini") == 1_000_000
     assert context_window("anthropic:claude-opus-4") == 200_000
     assert context_window("something-new") == 128_000
-    governed = govern([_user("hi")], _tight(5000), model="openai:gpt-4o")
+    governed = govern([user("hi")], _tight(5000), model="openai:gpt-4o")
     assert governed.report.window_tokens == 5000
 
 
 def test_instructions_are_counted_once_from_the_latest_request() -> None:
-    first = ModelRequest(parts=[UserPromptPart("a")], instructions=_words(500))
+    first = ModelRequest(parts=[UserPromptPart("a")], instructions=words(500))
     latest = ModelRequest(parts=[UserPromptPart("b")], instructions="short")
     tokenizer = tokenizer_for(MODEL)
     expected = message_facts(first, tokenizer).tokens + message_facts(latest, tokenizer).tokens + 1
-    assert count_tokens([first, _text("x"), latest], model=MODEL) == expected + 5
+    assert count_tokens([first, reply("x"), latest], model=MODEL) == expected + 5
 
 
 def test_budget_subtracts_system_instructions_tools_output_and_margin() -> None:
@@ -104,13 +105,17 @@ def test_budget_subtracts_system_instructions_tools_output_and_margin() -> None:
 
 
 def test_history_cap_lowers_the_budget() -> None:
-    governed = govern([_user("hi")], _tight(100_000, history_cap_tokens=3000), model=MODEL)
+    governed = govern([user("hi")], _tight(100_000, history_cap_tokens=3000), model=MODEL)
     assert governed.budget_tokens == 3000
 
 
 def test_report_totals_equal_count_tokens() -> None:
-    history = [_user("go", system="sys"), _call("read", id="c"), _ret("read", _words(900), id="c")]
-    history += [_text("done"), _user("next")]
+    history = [
+        user("go", system="sys"),
+        tool_call("read", id="c"),
+        tool_result("read", words(900), id="c"),
+    ]
+    history += [reply("done"), user("next")]
     governed = govern(history, _tight(100_000, tool_output={"limit": 100}), model=MODEL)
     assert governed.report.tokens_before == count_tokens(history, model=MODEL)
     assert governed.report.tokens_after == count_tokens(governed.messages, model=MODEL)
@@ -127,17 +132,17 @@ def test_a_growing_history_only_counts_new_messages(monkeypatch) -> None:  # typ
         return original(message, tokenizer, sink)
 
     monkeypatch.setattr(counting, "_compute_facts", spy)
-    history = [_user(f"message {n} " + _words(50)) for n in range(200)]
+    history = [user(f"message {n} " + words(50)) for n in range(200)]
     policy = _tight(10_000_000, **_off())
     govern(history, policy, model=MODEL)
     assert len(computed) == 200
     computed.clear()
-    history.append(_text("one more"))
+    history.append(reply("one more"))
     govern(history, policy, model=MODEL)
     assert computed == [history[-1]]
 
 
 def test_approximate_families_are_marked_in_the_report() -> None:
-    governed = govern([_user("hi")], None, model="anthropic:claude-sonnet-4-5")
+    governed = govern([user("hi")], None, model="anthropic:claude-sonnet-4-5")
     assert governed.report.exact is False
     assert governed.report.encoding == "o200k_base"

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
-from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user, _words
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from ctxhub.governance import count_tokens, govern
 from ctxhub.governance.steps.truncate import truncate_text
 from ctxhub.governance.tokens import tokenizer_for
+from tests.messages import reply, tool_call, tool_result, user, words
 
 TOKENIZER = tokenizer_for(MODEL)
 BIG = 1_000_000
@@ -24,11 +25,11 @@ def _cut(text: str, limit: int, **kw: object) -> str | None:
 def _old_output(content: object) -> list:  # type: ignore[type-arg]
     """An output in an older turn, followed by a new turn."""
     return [
-        _user("go"),
-        _call("read", id="c1"),
-        _ret("read", content, id="c1"),
-        _text("ok"),
-        _user("next"),
+        user("go"),
+        tool_call("read", id="c1"),
+        tool_result("read", content, id="c1"),
+        reply("ok"),
+        user("next"),
     ]
 
 
@@ -75,7 +76,7 @@ def test_text_within_the_limit_is_left_alone() -> None:
 
 
 def test_truncating_twice_changes_nothing() -> None:
-    cut = _cut(_words(5000), 300, strategy="both")
+    cut = _cut(words(5000), 300, strategy="both")
     assert cut is not None
     assert _cut(cut, 300, strategy="both") is None
 
@@ -83,20 +84,20 @@ def test_truncating_twice_changes_nothing() -> None:
 def test_older_tool_output_is_truncated_but_the_current_turn_is_not() -> None:
     policy = _tight(BIG, **_off(tool_output={"limit": 200}))
     history = [
-        *_old_output(_words(3000)),
-        _call("read", id="c2"),
-        _ret("read", _words(3000), id="c2"),
+        *_old_output(words(3000)),
+        tool_call("read", id="c2"),
+        tool_result("read", words(3000), id="c2"),
     ]
     governed = govern(history, policy, model=MODEL)
     old, new = governed.messages[2].parts[0], governed.messages[6].parts[0]
     assert count_tokens(old.content, model=MODEL) <= 200  # type: ignore[union-attr]
-    assert new.content == _words(3000)  # type: ignore[union-attr]
+    assert new.content == words(3000)  # type: ignore[union-attr]
     assert [p.action for p in governed.report.messages[2].parts] == ["truncated"]
 
 
 def test_write_time_scope_truncates_the_current_turn_too() -> None:
     policy = _tight(BIG, **_off(tool_output={"limit": 200, "scope": "all"}))
-    history = [_user("go"), _call("read", id="c1"), _ret("read", _words(3000), id="c1")]
+    history = [user("go"), tool_call("read", id="c1"), tool_result("read", words(3000), id="c1")]
     governed = govern(history, policy, model=MODEL)
     assert "[truncated:" in governed.messages[2].parts[0].content  # type: ignore[union-attr]
 
@@ -113,28 +114,28 @@ def test_dict_output_is_measured_and_cut_as_json() -> None:
 
 def test_long_user_and_assistant_text_in_older_turns_is_truncated() -> None:
     policy = _tight(BIG, **_off(text={"limit": 100, "strategy": "both"}))
-    history = [_user(_words(2000)), _text(_words(2000)), _user(_words(2000))]
+    history = [user(words(2000)), reply(words(2000)), user(words(2000))]
     governed = govern(history, policy, model=MODEL)
-    first, reply, latest = (m.parts[0] for m in governed.messages)
+    first, answer, latest = (m.parts[0] for m in governed.messages)
     assert isinstance(first, UserPromptPart)
-    assert isinstance(reply, TextPart)
+    assert isinstance(answer, TextPart)
     assert count_tokens(first.content, model=MODEL) <= 100  # type: ignore[arg-type]
-    assert count_tokens(reply.content, model=MODEL) <= 100
-    assert latest.content == _words(2000)  # type: ignore[union-attr]
+    assert count_tokens(answer.content, model=MODEL) <= 100
+    assert latest.content == words(2000)  # type: ignore[union-attr]
 
 
 def test_latest_user_request_survives_even_at_write_time() -> None:
     policy = _tight(BIG, **_off(text={"limit": 100, "scope": "all"}))
-    governed = govern([_user(_words(2000))], policy, model=MODEL)
-    assert governed.messages[0].parts[0].content == _words(2000)  # type: ignore[union-attr]
+    governed = govern([user(words(2000))], policy, model=MODEL)
+    assert governed.messages[0].parts[0].content == words(2000)  # type: ignore[union-attr]
 
 
 def test_truncation_rebuilds_messages_and_keeps_the_rest() -> None:
     policy = _tight(BIG, **_off(tool_output={"limit": 100}))
-    history = _old_output(_words(1000))
+    history = _old_output(words(1000))
     governed = govern(history, policy, model=MODEL)
     assert governed.messages[2] is not history[2]
-    assert history[2].parts[0].content == _words(1000)  # type: ignore[union-attr]
+    assert history[2].parts[0].content == words(1000)  # type: ignore[union-attr]
     assert all(governed.messages[n] is history[n] for n in (0, 1, 3, 4))
     assert isinstance(governed.messages[2], ModelRequest)
     assert isinstance(governed.messages[1], ModelResponse)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine_builders import MODEL, T0, _off, _ret, _text, _tight, _user
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 
 from ctxhub.governance import count_tokens, govern
@@ -19,6 +19,7 @@ from ctxhub.governance.policy import MIN_TRUNCATION_TOKENS
 from ctxhub.governance.steps.normalize import pairing_problems
 from ctxhub.governance.steps.truncate import truncate_args
 from ctxhub.governance.tokens import APPROXIMATE_FALLBACK, Tokenizer, tokenizer_for
+from tests.messages import T0, reply, tool_result, user
 
 TOKENIZER = tokenizer_for(MODEL)
 BIG = 1_000_000
@@ -43,17 +44,17 @@ def _write(args: dict[str, Any] | str | None = None, *, id: str = "w1") -> Model
 def _older(call: ModelResponse) -> list[ModelMessage]:
     """The call and its result in an older turn, followed by a new turn."""
     return [
-        _user("write the writer"),
+        user("write the writer"),
         call,
-        _ret("write_file", "written", id="w1"),
-        _text("done"),
-        _user("now test it"),
+        tool_result("write_file", "written", id="w1"),
+        reply("done"),
+        user("now test it"),
     ]
 
 
 def _current(call: ModelResponse) -> list[ModelMessage]:
     """The call and its result in the current turn."""
-    return [_user("write the writer"), call, _ret("write_file", "written", id="w1")]
+    return [user("write the writer"), call, tool_result("write_file", "written", id="w1")]
 
 
 def _policy(**tool_output: Any) -> Any:

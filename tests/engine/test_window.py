@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from engine_builders import MODEL, _call, _off, _ret, _text, _tight, _user, _words
+from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from ctxhub.governance import count_tokens, govern
 from ctxhub.governance.steps.normalize import pairing_problems
+from tests.messages import reply, tool_call, tool_result, user, words
 
 
 def _turns(n: int, size: int = 50) -> list[ModelMessage]:
     """A first run, then ``n`` turns of: prompt, tool call, result, answer."""
-    history: list[ModelMessage] = [_user("start", system="be brief"), _text("hello")]
+    history: list[ModelMessage] = [user("start", system="be brief"), reply("hello")]
     for turn in range(n):
         history += [
-            _user(f"q{turn}"),
-            _call("read", id=f"c{turn}"),
-            _ret("read", _words(size, f"w{turn}"), id=f"c{turn}"),
-            _text(f"a{turn}"),
+            user(f"q{turn}"),
+            tool_call("read", id=f"c{turn}"),
+            tool_result("read", words(size, f"w{turn}"), id=f"c{turn}"),
+            reply(f"a{turn}"),
         ]
     return history
 
@@ -113,8 +114,8 @@ def test_pinned_messages_survive_with_their_pair() -> None:
 def test_latest_protected_tool_pair_survives() -> None:
     history = _turns(40)
     history[25:25] = [
-        _call("manage_todo_list", id="todo"),
-        _ret("manage_todo_list", "1. x", id="todo"),
+        tool_call("manage_todo_list", id="todo"),
+        tool_result("manage_todo_list", "1. x", id="todo"),
     ]
     governed = govern(history, _tight(1500, **_window()), model=MODEL)
     assert history[25] in governed.messages
@@ -149,10 +150,10 @@ def test_a_later_window_folds_the_earlier_notice_into_its_count() -> None:
 
 def test_head_too_large_shrinks_to_the_first_request() -> None:
     history = [
-        _user("start"),
-        _call("read", id="h1"),
-        _ret("read", _words(900), id="h1"),
-        _text("hi"),
+        user("start"),
+        tool_call("read", id="h1"),
+        tool_result("read", words(900), id="h1"),
+        reply("hi"),
     ]
     history += _turns(10)[2:]
     governed = govern(history, _tight(1200, **_window()), model=MODEL)

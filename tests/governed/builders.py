@@ -8,16 +8,14 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
-    SystemPromptPart,
-    TextPart,
     ToolCallPart,
     ToolReturnPart,
-    UserPromptPart,
 )
 
 from sessions import services
 from sessions.models import AgentSession
 from tests.factories import make_session
+from tests.messages import reply, user
 
 # A window small enough that a dozen turns need governing and compaction has a middle.
 SMALL_POLICY: dict[str, Any] = {
@@ -27,18 +25,17 @@ SMALL_POLICY: dict[str, Any] = {
 }
 
 
-def words(n: int, word: str = "line") -> str:
-    """About ``n`` tokens of text over lines of ten words."""
+def varied_words(n: int, word: str = "line") -> str:
+    """About ``n`` tokens of text over lines of ten words, no two lines alike (nothing in it
+    is a repeat the engine would fold)."""
     return "\n".join(" ".join([f"{word}{i}"] * 10) for i in range(max(1, n // 10)))
 
 
 def turn(n: int, *, size: int = 300, calls: int = 2, dangling: bool = False) -> list[ModelMessage]:
     """One user request, one round of tool calls and their results, and an answer."""
-    first: list[Any] = [SystemPromptPart("You are a careful engineer.")] if n == 0 else []
+    system = "You are a careful engineer." if n == 0 else None
     out: list[ModelMessage] = [
-        ModelRequest(
-            parts=[*first, UserPromptPart(f"Task {n}: fix src/module_{n}.py on host db-west-{n}")]
-        )
+        user(f"Task {n}: fix src/module_{n}.py on host db-west-{n}", system=system)
     ]
     parts = [
         ToolCallPart("read_file", {"path": f"src/module_{n}_{i}.py"}, tool_call_id=f"c{n}_{i}")
@@ -50,12 +47,14 @@ def turn(n: int, *, size: int = 300, calls: int = 2, dangling: bool = False) -> 
     out.append(
         ModelRequest(
             parts=[
-                ToolReturnPart("read_file", words(size, f"t{n}x{i}"), tool_call_id=f"c{n}_{i}")
+                ToolReturnPart(
+                    "read_file", varied_words(size, f"t{n}x{i}"), tool_call_id=f"c{n}_{i}"
+                )
                 for i in range(calls)
             ]
         )
     )
-    out.append(ModelResponse(parts=[TextPart(f"Fixed module {n}; tests pass.")]))
+    out.append(reply(f"Fixed module {n}; tests pass."))
     return out
 
 

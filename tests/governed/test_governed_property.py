@@ -16,9 +16,10 @@ from sessions.history import REMEMBERED, effective_history, effective_tokens
 from sessions.models import Clear, Compaction, Message
 from sessions.payloads import InvalidPayload
 from sessions.services.governed import wait_for_warm_up
-from tests.factories import make_session, reply, user
+from tests.factories import make_session
 from tests.governed.builders import SMALL_POLICY, turn
 from tests.governed.oracle import dump, naive_governed
+from tests.messages import reply, user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.smoke]
 

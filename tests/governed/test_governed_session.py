@@ -24,9 +24,10 @@ from sessions.models import (
     Message,
 )
 from sessions.services import governed as governed_module
-from tests.factories import agent_turns, make_session, result, user
+from tests.factories import make_session
 from tests.governed.builders import SMALL_POLICY, agentic_session, turn
 from tests.governed.oracle import dump, naive_governed, naive_history
+from tests.messages import agent_turns, tool_result, user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.smoke]
 
@@ -209,7 +210,7 @@ def test_evicted_outputs_are_stored_and_read_back_by_reference(alice: Any) -> No
     big = "\n".join(f"row {i}: status={'FAILED' if i % 50 == 7 else 'ok'}" for i in range(600))
     services.append_messages(
         session,
-        [user("Check the rows"), *turn(1)[1:2], result("read_file", "c1_0", big)],
+        [user("Check the rows"), *turn(1)[1:2], tool_result("read_file", big, id="c1_0")],
     )
     context = services.governed_context(session)
     assert context.report.evicted_refs

@@ -14,7 +14,8 @@ from ctxhub.governance.tokens import tokenizer_for
 from sessions import live, services, tasks
 from sessions.models import Message
 from tests.conftest import ARTIFACTS, required_env
-from tests.factories import make_session, result, user
+from tests.factories import make_session
+from tests.messages import tool_result, user
 from tests.processes import celery_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +32,7 @@ def worker() -> Iterator[None]:
 def test_a_worker_recounts_tokens_and_pushes_the_meter(worker: None, alice: object) -> None:
     session = make_session(alice, model="openai:gpt-4o")
     services.append_messages(
-        session, [user("Why is the build red?"), result("build", "c1", "error: " * 300)]
+        session, [user("Why is the build red?"), tool_result("build", "error: " * 300, id="c1")]
     )
     # The model changes: the cached counts (o200k) are now stale for gpt-4 (cl100k).
     session.model = "openai:gpt-4"

@@ -22,7 +22,8 @@ from sessions import services
 from sessions.api.keys import create_key
 from sessions.revocation import REVOKED
 from tests.conftest import ARTIFACTS, required_env
-from tests.factories import make_session, result, user
+from tests.factories import make_session
+from tests.messages import tool_result, user
 from tests.processes import asgi_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +60,7 @@ def test_a_message_appended_elsewhere_reaches_the_socket_as_html(
     with _open(server, session.pk, _cookie(alice)) as socket:
         # This process appends; the server process forwards what Redis delivers to it.
         services.append_messages(
-            session, [user("Run the tests"), result("run_tests", "c9", "42 passed in 3.1s")]
+            session, [user("Run the tests"), tool_result("run_tests", "42 passed in 3.1s", id="c9")]
         )
         html = socket.recv(timeout=15)
     assert 'hx-swap-oob="beforeend"' in html

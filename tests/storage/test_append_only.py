@@ -4,7 +4,8 @@ import pytest
 
 from sessions import services
 from sessions.models import AppendOnlyError, AuditEvent, Message
-from tests.factories import make_session, reply, user
+from tests.factories import make_session
+from tests.messages import reply, user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 

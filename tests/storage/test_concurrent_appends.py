@@ -9,7 +9,8 @@ from django.db import connection
 
 from sessions import services
 from sessions.models import AgentSession
-from tests.factories import make_session, user
+from tests.factories import make_session
+from tests.messages import user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

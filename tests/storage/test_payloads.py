@@ -14,7 +14,8 @@ from pydantic_ai.messages import (
 from sessions import services
 from sessions.models import Message
 from sessions.payloads import InvalidPayload, parse_payload
-from tests.factories import call, make_session, reply, result, user
+from tests.factories import make_session
+from tests.messages import reply, tool_call, tool_result, user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
@@ -69,8 +70,10 @@ def test_a_bad_message_in_a_batch_stores_nothing(alice: object) -> None:
     "message",
     [
         user("Fix the failing test in tests/test_parser.py"),
-        call("read_file", "call_1", path="src/parser.py", limit=200),
-        result("read_file", "call_1", {"lines": ["def parse():", "    ..."], "truncated": False}),
+        tool_call("read_file", id="call_1", path="src/parser.py", limit=200),
+        tool_result(
+            "read_file", {"lines": ["def parse():", "    ..."], "truncated": False}, id="call_1"
+        ),
         reply("Done: `parse()` now strips the BOM. 3 tests pass."),
         ModelRequest(
             parts=[UserPromptPart(["look at this", "and this"])], instructions="Be brief."
@@ -101,8 +104,8 @@ def test_a_valid_message_round_trips_exactly(
     ("message", "field"),
     [
         (user("before\x00after"), "parts.0.content"),
-        (call("read\x00", "c1", path="a"), "parts.0.tool_name"),
-        (call("read", "c1", path="a\x00b"), "parts.0.args.path"),
+        (tool_call("read\x00", id="c1", path="a"), "parts.0.tool_name"),
+        (tool_call("read", id="c1", path="a\x00b"), "parts.0.args.path"),
     ],
 )
 def test_a_nul_character_is_refused_by_name_and_nothing_is_stored(

@@ -12,7 +12,8 @@ from sessions import services, tasks
 from sessions.models import GovernedSnapshot
 from sessions.tasks import SNAPSHOT_QUIET_SECONDS, settle
 from tests.conftest import required_env
-from tests.factories import make_session, user
+from tests.factories import make_session
+from tests.messages import user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

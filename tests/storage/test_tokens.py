@@ -6,15 +6,16 @@ from ctxhub.governance.counting import message_facts
 from ctxhub.governance.tokens import count_text, tokenizer_for
 from sessions import services
 from sessions.models import Message
-from tests.factories import make_session, result, user
+from tests.factories import make_session
+from tests.messages import tool_result, user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
 
 def test_counts_are_exact_and_cached_with_their_encoding(alice: object) -> None:
     session = make_session(alice, model="openai:gpt-4o")
-    message = result(
-        "run_tests", "c1", "FAILED tests/test_parser.py::test_bom - AssertionError\n" * 50
+    message = tool_result(
+        "run_tests", "FAILED tests/test_parser.py::test_bom - AssertionError\n" * 50, id="c1"
     )
     row = services.append_message(session, message)
     assert (row.encoding, row.tokens_exact) == ("o200k_base", True)

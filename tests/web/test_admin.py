@@ -9,7 +9,8 @@ from django.test import Client
 
 from sessions import services
 from sessions.chat import turns
-from tests.factories import agent_turns, make_session
+from tests.factories import make_session
+from tests.messages import agent_turns
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 

@@ -12,7 +12,8 @@ from django.test import Client
 from ctxhub.governance import Policy
 from sessions import services
 from sessions.models import AuditEvent, Clear, Compaction, Pin
-from tests.factories import agent_turns, make_session, user
+from tests.factories import make_session
+from tests.messages import agent_turns, user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 

@@ -11,7 +11,8 @@ from django.test import Client
 from sessions import services
 from sessions.models import CompactionJob, JobStatus
 from sessions.services.fleet import fleet
-from tests.factories import agent_turns, make_session
+from tests.factories import make_session
+from tests.messages import agent_turns
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 

@@ -15,7 +15,8 @@ from pydantic_ai.messages import (
 )
 
 from sessions import services
-from tests.factories import call, make_session, reply, result, user
+from tests.factories import make_session
+from tests.messages import reply, tool_call, tool_result, user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
@@ -27,8 +28,8 @@ def session(alice: object) -> object:
         session,
         [
             user("Why does test_bom fail?"),
-            call("read_file", "call_7", path="src/parser.py"),
-            result("read_file", "call_7", "x = 1\n" * 400),
+            tool_call("read_file", id="call_7", path="src/parser.py"),
+            tool_result("read_file", "x = 1\n" * 400, id="call_7"),
             reply("The BOM is not stripped."),
         ],
     )

@@ -7,7 +7,8 @@ from django.test import Client
 
 from sessions import live
 from sessions.models import Message
-from tests.factories import make_session, user
+from tests.factories import make_session
+from tests.messages import user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 

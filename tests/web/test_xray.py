@@ -17,7 +17,8 @@ from sessions.models import AgentSession, Compaction
 from sessions.presenters import present_message
 from sessions.trajectory import trajectory
 from sessions.xray import USED, Fates, xray
-from tests.factories import agent_turns, call, make_session, reply, result, user
+from tests.factories import make_session
+from tests.messages import agent_turns, reply, tool_call, tool_result, user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
@@ -55,7 +56,10 @@ def test_categories_follow_the_zones_and_records(alice: object) -> None:
     session = make_session(alice)
     history = [user("start"), reply("ok")]
     for i in range(40):
-        history += [call("read", f"c{i}", path=f"f{i}"), result("read", f"c{i}", "x " * 200)]
+        history += [
+            tool_call("read", id=f"c{i}", path=f"f{i}"),
+            tool_result("read", "x " * 200, id=f"c{i}"),
+        ]
     history.append(reply("done"))
     services.append_messages(session, history)
     services.pin(session, 5)
@@ -114,9 +118,9 @@ def test_a_late_result_shows_moved_where_it_was_stored_and_where_it_is_sent(
         session,
         [
             user("go"),
-            call("read", "c1", path="a.py"),
+            tool_call("read", id="c1", path="a.py"),
             user("and the tests"),
-            result("read", "c1", output),  # stored after the next prompt: moved up
+            tool_result("read", output, id="c1"),  # stored after the next prompt: moved up
             reply("done"),
             user("more"),
         ],
@@ -149,8 +153,8 @@ def test_sent_and_original_differ_where_governance_changed_a_part(
         session,
         [
             user("go"),
-            call("read", "c1", path="big.csv"),
-            result("read", "c1", big),
+            tool_call("read", id="c1", path="big.csv"),
+            tool_result("read", big, id="c1"),
             reply("ok"),
             user("more"),
             reply("fine"),

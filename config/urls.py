@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from sessions import views
-from sessions.api.routes import urls as api_urls
+from sessions.api.app import urls as api_urls
 
 # A database that is saturated or away answers 503 with Retry-After, on every page and the API.
 handler500 = "sessions.outages.server_error"

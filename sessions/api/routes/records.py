@@ -1,0 +1,156 @@
+"""What changes what the model sees: compactions and their jobs, clears, pins, undo; and
+evicted outputs read back."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import regex
+from django.http import HttpRequest
+from ninja import Router, Status
+from ninja.params import P, QueryEx
+
+from sessions import services
+from sessions.api.access import RecordId, api_key, need, owned_session
+from sessions.api.errors import ApiError
+from sessions.api.schemas import ERRORS, CompactionIn, EvictedOut, JobOut, RecordOut
+from sessions.models import Clear, Compaction, CompactionJob
+
+router = Router()
+
+
+def _job_out(job: CompactionJob) -> dict[str, Any]:
+    return {
+        "id": job.pk,
+        "session": job.session_id,
+        "status": job.status,
+        "trigger": job.trigger,
+        "focus": job.focus,
+        "outcome": job.outcome,
+        "error": job.error,
+        "progress": job.progress,
+        "result": job.result,
+        "created_at": job.created_at,
+        "finished_at": job.finished_at,
+    }
+
+
+@router.post(
+    "/sessions/{session_id}/compactions",
+    response={200: dict[str, Any], 202: JobOut, **ERRORS},
+    tags=["compactions"],
+)
+def compact(request: HttpRequest, session_id: UUID, body: CompactionIn) -> Status[dict[str, Any]]:
+    """A dry run (the preview: what would be summarised and kept) or a compaction job (202);
+    a second while one runs is a 409 naming it."""
+    session = owned_session(request, session_id, "govern")
+    if body.dry_run:
+        preview = services.preview_compaction(session, focus=body.focus, keep_from=body.keep_from)
+        return Status(
+            200,
+            {
+                "fingerprint": preview.fingerprint,
+                "nothing_to_compact": preview.nothing_to_compact,
+                "summarized_seqs": preview.summarized_seqs,
+                "kept_seqs": preview.kept_seqs,
+                "kept_user_seqs": preview.kept_user_seqs,
+                "tokens_before": preview.tokens_before,
+                "tokens_after_estimate": preview.tokens_after_estimate,
+                "summarizer": preview.summarizer,
+            },
+        )
+    requested = services.request_compaction(
+        session,
+        actor=api_key(request).owner,
+        focus=body.focus,
+        keep_from=body.keep_from,
+        expected=body.expected,
+    )
+    requested.job.refresh_from_db()
+    return Status(202, _job_out(requested.job))
+
+
+@router.get("/jobs/{job_id}", response={200: JobOut, **ERRORS}, tags=["compactions"])
+def job(request: HttpRequest, job_id: UUID) -> dict[str, Any]:
+    key = need(request, "read")
+    found = CompactionJob.objects.filter(pk=job_id, session__owner=key.owner).first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no job {job_id}")
+    return _job_out(found)
+
+
+@router.post(
+    "/compactions/{compaction_id}/undo", response={200: RecordOut, **ERRORS}, tags=["compactions"]
+)
+def undo_compaction(request: HttpRequest, compaction_id: RecordId) -> dict[str, Any]:
+    key = need(request, "govern")
+    record = Compaction.objects.filter(pk=compaction_id, session__owner=key.owner).first()
+    if record is None:
+        raise ApiError(404, "not_found", f"no compaction {compaction_id}")
+    services.undo_compaction(record.session, compaction_id, actor=key.owner)
+    return {"id": compaction_id, "kind": "compaction", "undone": True}
+
+
+@router.post(
+    "/sessions/{session_id}/clear", response={201: RecordOut, **ERRORS}, tags=["compactions"]
+)
+def clear(request: HttpRequest, session_id: UUID) -> Status[dict[str, Any]]:
+    """The model sees nothing stored so far (the log keeps it; undo with /clears/{id}/undo)."""
+    session = owned_session(request, session_id, "govern")
+    record = services.clear(session, actor=api_key(request).owner)
+    return Status(201, {"id": record.pk, "kind": "clear", "undone": False})
+
+
+@router.post("/clears/{clear_id}/undo", response={200: RecordOut, **ERRORS}, tags=["compactions"])
+def undo_clear(request: HttpRequest, clear_id: RecordId) -> dict[str, Any]:
+    key = need(request, "govern")
+    record = Clear.objects.filter(pk=clear_id, session__owner=key.owner).first()
+    if record is None:
+        raise ApiError(404, "not_found", f"no clear {clear_id}")
+    services.undo_clear(record.session, clear_id, actor=key.owner)
+    return {"id": clear_id, "kind": "clear", "undone": True}
+
+
+@router.put(
+    "/sessions/{session_id}/pins/{seq}", response={200: RecordOut, **ERRORS}, tags=["compactions"]
+)
+def pin(request: HttpRequest, session_id: UUID, seq: RecordId) -> dict[str, Any]:
+    session = owned_session(request, session_id, "govern")
+    record = services.pin(session, seq, actor=api_key(request).owner)
+    return {"id": record.pk, "kind": "pin", "undone": False}
+
+
+@router.delete(
+    "/sessions/{session_id}/pins/{seq}", response={200: RecordOut, **ERRORS}, tags=["compactions"]
+)
+def unpin(request: HttpRequest, session_id: UUID, seq: RecordId) -> dict[str, Any]:
+    session = owned_session(request, session_id, "govern")
+    record = services.unpin(session, seq, actor=api_key(request).owner)
+    return {"id": record.pk, "kind": "pin", "undone": True}
+
+
+@router.get(
+    "/sessions/{session_id}/evicted/{ref}", response={200: EvictedOut, **ERRORS}, tags=["context"]
+)
+def evicted(
+    request: HttpRequest,
+    session_id: UUID,
+    ref: str,
+    offset: QueryEx[int, P(ge=0)] = 0,
+    limit: QueryEx[int, P(ge=1, le=5_000)] = 200,
+    grep: QueryEx[str | None, P(max_length=500)] = None,
+) -> dict[str, Any]:
+    """An output governance evicted, read back by its reference: numbered lines, or grep."""
+    session = owned_session(request, session_id, "read")
+    if grep:
+        try:
+            regex.compile(grep)
+        except regex.error as exc:
+            raise ApiError(
+                422, "invalid", f"grep: not a regular expression ({exc})", field="grep"
+            ) from None
+    text = services.read_evicted_output(session, ref, offset=offset, limit=limit, grep=grep)
+    if text is None:
+        raise ApiError(404, "not_found", f"no evicted output {ref!r} in this session")
+    return {"ref": ref, "text": text}

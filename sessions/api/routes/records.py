@@ -15,7 +15,7 @@ from sessions import services
 from sessions.api.access import RecordId, api_key, need, owned_session
 from sessions.api.errors import ApiError
 from sessions.api.schemas import ERRORS, CompactionIn, EvictedOut, JobOut, RecordOut
-from sessions.models import Clear, Compaction, CompactionJob
+from sessions.models import ApiKey, Clear, Compaction, CompactionJob
 
 router = Router()
 
@@ -71,13 +71,19 @@ def compact(request: HttpRequest, session_id: UUID, body: CompactionIn) -> Statu
     return Status(202, _job_out(requested.job))
 
 
+def _owned[R: (CompactionJob, Compaction, Clear)](
+    model: type[R], pk: Any, key: ApiKey, what: str
+) -> R:
+    """The key owner's job or record; another's is a 404, like one that does not exist."""
+    found = model.objects.filter(pk=pk, session__owner=key.owner).first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no {what} {pk}")
+    return found
+
+
 @router.get("/jobs/{job_id}", response={200: JobOut, **ERRORS}, tags=["compactions"])
 def job(request: HttpRequest, job_id: UUID) -> dict[str, Any]:
-    key = need(request, "read")
-    found = CompactionJob.objects.filter(pk=job_id, session__owner=key.owner).first()
-    if found is None:
-        raise ApiError(404, "not_found", f"no job {job_id}")
-    return _job_out(found)
+    return _job_out(_owned(CompactionJob, job_id, need(request, "read"), "job"))
 
 
 @router.post(
@@ -85,9 +91,7 @@ def job(request: HttpRequest, job_id: UUID) -> dict[str, Any]:
 )
 def undo_compaction(request: HttpRequest, compaction_id: RecordId) -> dict[str, Any]:
     key = need(request, "govern")
-    record = Compaction.objects.filter(pk=compaction_id, session__owner=key.owner).first()
-    if record is None:
-        raise ApiError(404, "not_found", f"no compaction {compaction_id}")
+    record = _owned(Compaction, compaction_id, key, "compaction")
     services.undo_compaction(record.session, compaction_id, actor=key.owner)
     return {"id": compaction_id, "kind": "compaction", "undone": True}
 
@@ -105,9 +109,7 @@ def clear(request: HttpRequest, session_id: UUID) -> Status[dict[str, Any]]:
 @router.post("/clears/{clear_id}/undo", response={200: RecordOut, **ERRORS}, tags=["compactions"])
 def undo_clear(request: HttpRequest, clear_id: RecordId) -> dict[str, Any]:
     key = need(request, "govern")
-    record = Clear.objects.filter(pk=clear_id, session__owner=key.owner).first()
-    if record is None:
-        raise ApiError(404, "not_found", f"no clear {clear_id}")
+    record = _owned(Clear, clear_id, key, "clear")
     services.undo_clear(record.session, clear_id, actor=key.owner)
     return {"id": clear_id, "kind": "clear", "undone": True}
 

@@ -114,8 +114,10 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(exc.status_code, "bad_request", str(exc))
 
 
-for router in (session_routes.router, messages.router, context.router, records.router):
-    api.add_router("", router)
+api.add_router("", session_routes.router)
+api.add_router("", messages.router)
+api.add_router("", context.router)
+api.add_router("", records.router)
 
 
 def urls() -> tuple[list[Any], str, str]:

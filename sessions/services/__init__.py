@@ -4,15 +4,13 @@ Views, consumers, tasks, commands and the API call these functions; they never c
 build messages or write records themselves.
 """
 
+from sessions.services.auto_compaction import auto_compact, resume_auto_compaction, soft_threshold
 from sessions.services.compaction import (
     CompactionPreview,
     JobRequest,
     active_job,
-    auto_compact,
     preview_compaction,
     request_compaction,
-    resume_auto_compaction,
-    soft_threshold,
 )
 from sessions.services.errors import Conflict, Invalid, NotFound, ServiceError
 from sessions.services.governed import (

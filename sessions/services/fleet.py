@@ -26,7 +26,7 @@ from sessions.models import (
     JobStatus,
     Pin,
 )
-from sessions.services.compaction import soft_threshold
+from sessions.services.auto_compaction import soft_threshold
 from sessions.services.governed import governed_context, session_policy, session_window
 
 log = logging.getLogger(__name__)
@@ -124,15 +124,23 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
     return sort_rows(listed, sort)
 
 
+def _stored_figures(session: Any, user: Any) -> dict[str, Any]:
+    """What a row shows from the listing's own query, whether or not the session governs."""
+    return {
+        "session": session,
+        "owned": session.owner_id == user.pk,
+        "messages": session.message_count,
+        "log_tokens": session.log_tokens or 0,
+        "compactions": session.compaction_count,
+    }
+
+
 def _faulted_row(session: Any, user: Any, error: Exception) -> FleetRow:
     """The row of a session that cannot be governed (a stored row no longer reads): what is
     known, and the fault, so one session never takes the listing down."""
     log.error("fleet row of session %s", session.pk, exc_info=error)
     return FleetRow(
-        session=session,
-        owned=session.owner_id == user.pk,
-        messages=session.message_count,
-        log_tokens=session.log_tokens or 0,
+        **_stored_figures(session, user),
         governed=None,
         governed_current=False,
         budget=0,
@@ -140,7 +148,6 @@ def _faulted_row(session: Any, user: Any, error: Exception) -> FleetRow:
         threshold=0,
         headroom=0,
         auto=False,
-        compactions=session.compaction_count,
         status="failed",
         status_detail=f"cannot be governed: {type(error).__name__}: {str(error)[:200]}",
     )
@@ -161,10 +168,7 @@ def _row(
     if session.auto_compaction_paused and not state:
         state, detail = "flagged", session.auto_compaction_paused
     return FleetRow(
-        session=session,
-        owned=session.owner_id == user.pk,
-        messages=session.message_count,
-        log_tokens=session.log_tokens or 0,
+        **_stored_figures(session, user),
         governed=governed,
         governed_current=current,
         budget=budget,
@@ -172,7 +176,6 @@ def _row(
         threshold=threshold,
         headroom=threshold - effective_tokens(session),
         auto=policy.compaction.auto and not session.auto_compaction_paused,
-        compactions=session.compaction_count,
         status=state,
         status_detail=detail,
     )

@@ -1,21 +1,33 @@
-"""The governance engine: pure functions from a session's history to what a model should see.
+"""The governance engine: from a session's history to what a model should see.
 
 No Django, no Celery, no I/O: agents can use it without the hub.
 
->>> governed = govern(messages, Policy(), model="openai:gpt-4o")
+>>> governor = Governor(Policy(), model="openai:gpt-4o")   # one per agent run or session
+>>> governed = governor.govern(messages)                  # before every request
 >>> governed.messages   # what to send
 >>> governed.report     # budget, tokens, zone of every message, action on every part
+>>> govern(messages, Policy(), model="openai:gpt-4o")      # one request on its own
 """
 
-from .caches import memory
 from .capability import ContextGovernor
 from .counting import count_tokens
-from .govern import Governed, govern, tool_definition_tokens
-from .policy import CompactionPolicy, Eviction, Masking, Policy, Threshold, Truncation, Window
+from .governed import Acted, Governed, tool_definition_tokens
+from .governor import Governor, GovernorState, govern
+from .policy import (
+    CompactionPolicy,
+    Eviction,
+    Hysteresis,
+    Masking,
+    Policy,
+    Threshold,
+    Truncation,
+    Window,
+)
 from .report import Action, ContextReport, MessageReport, PartReport, StepReport, Zone
 from .store import EvictionStore, InMemoryEvictionStore, read_evicted
 
 __all__ = [
+    "Acted",
     "Action",
     "CompactionPolicy",
     "ContextGovernor",
@@ -23,6 +35,9 @@ __all__ = [
     "Eviction",
     "EvictionStore",
     "Governed",
+    "Governor",
+    "GovernorState",
+    "Hysteresis",
     "InMemoryEvictionStore",
     "Masking",
     "MessageReport",
@@ -35,7 +50,6 @@ __all__ = [
     "Zone",
     "count_tokens",
     "govern",
-    "memory",
     "read_evicted",
     "tool_definition_tokens",
 ]

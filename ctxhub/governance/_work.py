@@ -116,6 +116,8 @@ class Work:
     window_tokens: int
     landmarks: Landmarks
     """Where the window's landmarks are (collected as the history grew)."""
+    outside_tokens: int = 0
+    """Tokens the request sends outside its messages: instructions and tool definitions."""
     duplicates: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     """(position, part) of each older copy of a repeated output → (position, part) of the
     newest copy (see ``steps.dedupe``)."""

@@ -1,14 +1,11 @@
-"""What governance remembers between calls, behind one object: ``memory``.
+"""Counts and governed versions memoised per message and part, by object identity.
 
 Governance runs before every model request, on a history that grows by a few messages each
-time, so it remembers what it worked out: each part's and message's counts and governed
-versions (by object identity, weakly: an entry goes with its object), the last histories
-governed (to recognise the next as one of them grown), the token ids of outputs not truncated
-yet, and small keys standing for policy settings. All of it follows from the histories
-themselves, so dropping it changes no result: the next call works it out again.
-
-``memory.clear()`` drops it all: after editing in place a message already governed (older than
-a history's last few messages; see the README), to free memory, or between benchmark runs.
+time, so each part's and message's counts and governed versions are worked out once per object
+(weakly: an entry goes with its object), with small keys standing for policy settings. These
+are memos of pure functions of the objects: messages are values, and a caller changes one by
+replacing it (as pydantic-ai does), so dropping them (``memory.clear()``, between benchmark runs)
+changes no result. What a Governor decided lives in the Governor, not here.
 """
 
 from __future__ import annotations
@@ -57,10 +54,6 @@ class Memory:
         """Per part: its token counts and governed versions."""
         self.messages = IdentityCache()
         """Per message: its facts and governed versions."""
-        self.histories: dict[str, list[Any]] = {}
-        """Per encoding, the histories governed last, most recent first (see ``govern``)."""
-        self.token_ids: dict[str, dict[int, tuple[str, list[int]]]] = {}
-        """Per encoding, token ids of long outputs not truncated yet, newest first."""
         self.cap_keys: dict[tuple[Any, ...], int] = {}
         """Part-cap settings → the small int standing for them in the governed versions' keys."""
         self.cap_keys_by_policy: dict[tuple[int, str], tuple[Any, int]] = {}
@@ -72,8 +65,6 @@ class Memory:
         # under the number another setting had.
         self.parts.clear()
         self.messages.clear()
-        self.histories.clear()
-        self.token_ids.clear()
         self.cap_keys.clear()
         self.cap_keys_by_policy.clear()
 

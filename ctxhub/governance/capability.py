@@ -1,7 +1,9 @@
 """``ContextGovernor``: a pydantic-ai capability that governs an agent's own history.
 
 ``Agent(model, capabilities=[ContextGovernor(policy)])`` governs before every model request,
-including between tool iterations. It works in ``prepare_model_request``, once the serving
+including between tool iterations, with one ``Governor`` per run: between its actions a
+request repeats the one before with the new messages appended, so the provider's prompt cache
+keeps the prefix. It works in ``prepare_model_request``, once the serving
 model is known (its tokenizer and context window decide the budget), and changes only what
 that request sends: the run's history keeps every message intact, so a later request — or
 the hub reading the run — still has the full record, exactly as the log-is-truth design wants.
@@ -36,7 +38,8 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from .compact import Compacted, compact
-from .govern import Governed, govern
+from .governed import Governed
+from .governor import Governor
 from .policy import Policy, Threshold
 from .recovery import OverflowRecovery
 from .store import EvictionStore, InMemoryEvictionStore, read_evicted
@@ -80,8 +83,8 @@ class ContextGovernor(AbstractCapability[Any]):
     """How much recent history a summary leaves verbatim (default: as ``compact``)."""
     on_compacted: Callable[[Compacted], None] | None = None
     """Called with every in-run compaction (summarised, fallen back or refused)."""
-    last: Governed | None = field(default=None, init=False, repr=False)
-    """The latest governance result (None while the next request is governed)."""
+    _governors: dict[str | None, Governor] = field(default_factory=dict, init=False, repr=False)
+    """Each run's Governor: its requests are governed as one session, keeping the cache warm."""
     _runs: dict[str | None, _RunSummary] = field(default_factory=dict, init=False, repr=False)
     _refused: dict[str | None, int] = field(default_factory=dict, init=False, repr=False)
     """History tokens at which the run's summariser last gave nothing usable: it is not asked
@@ -132,6 +135,7 @@ class ContextGovernor(AbstractCapability[Any]):
                 return await self.recovery.wrap_run(ctx, handler=handler)
             return await handler()
         finally:
+            self._governors.pop(ctx.run_id, None)
             self._runs.pop(ctx.run_id, None)
             self._refused.pop(ctx.run_id, None)
 
@@ -150,12 +154,13 @@ class ContextGovernor(AbstractCapability[Any]):
         )
         name = self.tokenizer_model or model.model_name
         tools = [*parameters.function_tools, *parameters.output_tools]
+        governor = self._governors.get(ctx.run_id)
+        if governor is None or governor.model != name:
+            governor = self._governors[ctx.run_id] = Governor(self.policy, model=name)
 
         def governed_from(history: list[ModelMessage]) -> Governed:
-            return govern(
+            return governor.govern(
                 history,
-                self.policy,
-                model=name,
                 tool_definitions=tools,
                 instructions=instructions,
                 context_window_tokens=model.context_window,
@@ -163,9 +168,6 @@ class ContextGovernor(AbstractCapability[Any]):
 
         messages = request_context.messages
         history = self._summarised(ctx, messages)
-        # Let go of the previous result first: one still held unread keeps the history's lists
-        # from growing in place, and governing would copy them.
-        self.last = None
         governed = governed_from(history)
         if self.summarizer is not None and self._due(ctx, governed):
             compacted = await self._compact(history, name, governed.window_tokens)
@@ -178,7 +180,6 @@ class ContextGovernor(AbstractCapability[Any]):
         for ref, text in governed.evicted.items():
             self.store.put(ref, text)
         request_context.messages = governed.messages
-        self.last = governed
         if self.on_governed is not None:
             self.on_governed(governed)
         if self.recovery is not None:

@@ -57,7 +57,7 @@ from pydantic_ai.models import Model
 
 from .counting import MARK, count_tokens, message_facts
 from .draft import SummaryDraft, parse_draft, render_draft
-from .govern import govern
+from .governor import govern
 from .ledger import LedgerItem, extract_ledger, is_summary_text, reconcile
 from .llm import resolve_model
 from .policy import MIN_TRUNCATION_TOKENS, Policy, Threshold

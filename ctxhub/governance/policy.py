@@ -203,6 +203,46 @@ class Window(_Model):
         return self
 
 
+class Hysteresis(_Model):
+    """Governing a session, not a request: act at a high-water mark, cut down to a low-water
+    mark, and between actions send what was sent before with the new messages appended, so
+    the provider's prompt cache (cached input at a tenth of the price) keeps the prefix."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Off: every request is governed on its own, filling the budget.",
+    )
+    high_water: float = Field(
+        default=0.85,
+        gt=0,
+        le=1,
+        description="Share of the history budget at which the governor acts.",
+    )
+    low_water: float = Field(
+        default=0.55,
+        gt=0,
+        lt=1,
+        description="Share of the history budget an action cuts the history down to.",
+    )
+    min_reclaim_tokens: int = Field(
+        default=2_000,
+        ge=0,
+        description=(
+            "Below the budget, an action that would free fewer tokens is not taken: it would "
+            "rewrite the cached prefix for less than the cache write costs."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _marks_in_order(self) -> Self:
+        if self.low_water >= self.high_water:
+            raise ValueError(
+                f"low_water ({self.low_water:g}) must be below high_water "
+                f"({self.high_water:g}), or every request would act"
+            )
+        return self
+
+
 class CompactionPolicy(_Model):
     """When a hub summarises a stored session unasked, so the next request is already small."""
 
@@ -245,6 +285,7 @@ class Policy(_Model):
         default=True,
         description="Last resort: shrink the newest tool outputs proportionally to fit.",
     )
+    hysteresis: Hysteresis = Hysteresis()
     compaction: CompactionPolicy = CompactionPolicy()
 
     def history_budget(self, window_tokens: int, fixed_tokens: int = 0) -> int:

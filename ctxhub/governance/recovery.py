@@ -38,7 +38,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
 
 from .counting import message_facts
-from .govern import govern
+from .governor import govern
 from .policy import Policy
 from .tokens import tokenizer_for
 

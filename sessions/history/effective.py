@@ -12,12 +12,17 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Subquery, Sum, TextField
 from django.db.models.functions import Cast
 
+from ctxhub.governance import Governor, Policy
 from ctxhub.governance.counting import MessageFacts, message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions.history.lazy import LazyMessages, Source
 from sessions.history.memory import Remembered
 from sessions.models import AgentSession, Clear, Compaction, Message, Pin
 from sessions.payloads import message_from_payload
+
+
+GOVERNORS_KEPT = 4
+"""Governors kept per history: the session's own, and a few previews."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,10 @@ class EffectiveHistory:
     """Tokens of the effective history (instructions not included)."""
     evicted_refs: set[str] = field(default_factory=set)
     """References of evicted outputs known to be stored (shared as the history grows)."""
+    governors: dict[tuple[str, str], Governor] = field(default_factory=dict)
+    """The Governors of this history, by policy and model (shared as the history grows, so
+    each call pays only for the new messages; a history rebuilt after a record changed starts
+    with none)."""
 
     _positions: dict[int, int] | None = field(default=None, repr=False)
 
@@ -72,6 +81,18 @@ class EffectiveHistory:
 
     def seq_at(self, position: int) -> int | None:
         return self.sources[position].seq
+
+    def governor(self, policy: Policy, model: str) -> Governor:
+        """The Governor of this history under ``policy`` and ``model`` (a few are kept: a
+        preview of another policy or model must not evict the session's own)."""
+        key = (policy.model_dump_json(), model)
+        governor = self.governors.pop(key, None)
+        if governor is None:
+            governor = Governor(policy, model=model)
+        self.governors[key] = governor  # the most recent last
+        while len(self.governors) > GOVERNORS_KEPT:
+            del self.governors[next(iter(self.governors))]
+        return governor
 
     def positions(self, seqs: Sequence[int]) -> frozenset[int]:
         """Positions of those of ``seqs`` the effective history shows."""
@@ -247,6 +268,7 @@ def _build(
         inline,
         tokens,
         base.evicted_refs if base is not None else set(),
+        base.governors if base is not None else {},
     )
 
 

@@ -22,7 +22,6 @@ from ctxhub.governance import (
     Governed,
     HistoryFigures,
     Policy,
-    govern,
     is_summary,
     read_evicted,
 )
@@ -173,10 +172,12 @@ def _govern(
     policy: Policy | None,
     other_model: str | None = None,
 ) -> Governed:
-    return govern(
+    governor = history.governor(policy or session_policy(session), other_model or session.model)
+    # Until the hub keeps a Governor's state with the session, every process governs each
+    # request as a new start: the same history gives the same request in any process.
+    governor.restart()
+    return governor.govern(
         history.messages,
-        policy or session_policy(session),
-        model=other_model or session.model,
         pinned=history.positions(pins),
         # Stored counts are the session model's: another model's are counted afresh.
         facts=history.facts if other_model is None else None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -11,7 +13,7 @@ from pydantic_ai.messages import (
     ModelMessage,
 )
 
-from ctxhub.governance import Policy
+from ctxhub.governance import Governed, Governor, Policy
 from ctxhub.governance.steps.normalize import Pairing
 
 MODEL = "openai:gpt-4o"
@@ -56,3 +58,22 @@ def carried_lengths() -> Iterator[list[int]]:
 
     with mock.patch.object(Pairing, "extended", spy):
         yield seen
+
+
+def rebuilt(governor: Governor) -> Governor:
+    """A Governor continuing from ``governor``'s state through JSON, with nothing cached: as
+    another process would."""
+    state = json.loads(json.dumps(governor.state()))
+    return Governor.from_state(state, governor.policy, model=governor.model)
+
+
+def continued_and_rebuilt(
+    governor: Governor, history: list[ModelMessage], **options: Any
+) -> tuple[Governed, Governed]:
+    """``history`` governed by ``governor`` (which carries what it worked out before) and by
+    a Governor rebuilt from its state, on a copy of the history (so no message is known to
+    it): the two must send the same request."""
+    twin = rebuilt(governor)
+    continued = governor.govern(history, **options)
+    cold = twin.govern(copy.deepcopy(history), **options)
+    return continued, cold

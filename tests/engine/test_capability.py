@@ -13,9 +13,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ctxhub.governance import ContextGovernor, Governed, Policy, count_tokens, memory
+from ctxhub.governance import ContextGovernor, Governed, Policy, count_tokens
 from ctxhub.governance.steps.normalize import pairing_problems
-from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import words
 
 WINDOW = 4_000
@@ -61,21 +60,22 @@ def _agent(recorder: Recorder, governor: ContextGovernor) -> Agent[None, str]:
 
 async def test_model_never_receives_more_than_the_budget_nor_orphans() -> None:
     recorder = Recorder(iterations=8)
-    budgets: list[int] = []
+    results: list[Governed] = []
     governor = ContextGovernor(
         _policy(eviction={"threshold_tokens": None}),
         tokenizer_model="openai:gpt-4o",
-        on_governed=lambda g: budgets.append(g.budget_tokens),
+        on_governed=results.append,
     )
     result = await _agent(recorder, governor).run("investigate", instructions="Be thorough.")
     assert result.output.startswith("finished")
     assert len(recorder.seen) == 9
-    for sent, budget in zip(recorder.seen, budgets, strict=True):
+    for sent, governed in zip(recorder.seen, results, strict=True):
         assert pairing_problems(sent) == []
-        assert count_tokens(sent, model="openai:gpt-4o") - count_tokens("Be thorough.") <= budget
-    assert governor.last is not None
-    assert governor.last.report.fits
-    assert any(s.step in {"mask", "drop_groups", "shrink"} for s in governor.last.report.steps)
+        tokens = count_tokens(sent, model="openai:gpt-4o") - count_tokens("Be thorough.")
+        assert tokens <= governed.budget_tokens
+    last = results[-1]
+    assert last.report.fits
+    assert any(s.step in {"mask", "drop_groups", "shrink"} for s in last.report.steps)
     full = result.all_messages()
     outputs = [p for m in full for p in m.parts if isinstance(p, ToolReturnPart)]
     assert all(len(p.content) > 10_000 for p in outputs)  # the run's own history stays intact
@@ -134,13 +134,14 @@ async def test_evicted_outputs_can_be_read_back_through_the_tool() -> None:
 
 
 async def test_each_request_of_a_run_grows_the_remembered_history_in_place() -> None:
-    # The governor lets go of its previous result before governing the next request, so each
-    # request extends the history remembered from the one before without copying its lists.
+    # The run's Governor keeps no result unread, so each request extends the history
+    # remembered from the one before without copying its lists.
     recorder = Recorder(iterations=5)
     grown: list[bool] = []
 
     def remembered(_: Governed) -> None:
-        grown.append(memory.histories[tokenizer_for("openai:gpt-4o").encoding_name][0].grows)
+        (run,) = governor._governors.values()
+        grown.append(run._cache.histories[0].grows)
 
     governor = ContextGovernor(_policy(), tokenizer_model="openai:gpt-4o", on_governed=remembered)
     await _agent(recorder, governor).run("investigate")

@@ -1,4 +1,5 @@
-"""Carried state shared by threads: each warm call still equals a cold call on a copy.
+"""Governors in several threads, sharing the memos of counts: each continued Governor still
+sends what a rebuilt one sends.
 
 The hub governs from several threads at once (web requests, jobs); the engine's caches are
 process-wide, so interleaved calls on different growing histories must never mix them up.
@@ -6,14 +7,13 @@ process-wide, so interleaved calls on different growing histories must never mix
 
 from __future__ import annotations
 
-import copy
 import random
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from engine_builders import MODEL
+from engine_builders import MODEL, continued_and_rebuilt
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -24,7 +24,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ctxhub.governance import Policy, govern
+from ctxhub.governance import Governor, Policy
 from tests.messages import T0
 
 POLICY = Policy(context_window=6_000, reserved_output_tokens=0)
@@ -64,16 +64,18 @@ def busy_switching() -> Iterator[None]:
 def _grow(seed: int) -> list[str]:
     mismatches = []
     history: list[ModelMessage] = []
+    governor = Governor(POLICY, model=MODEL)
     for message in _session(seed, 50):
         history.append(message)
-        warm = govern(history, POLICY, model=MODEL)
-        cold = govern(copy.deepcopy(history), POLICY, model=MODEL)
+        warm, cold = continued_and_rebuilt(governor, history)
         if warm.messages != cold.messages or warm.report.model_dump() != cold.report.model_dump():
             mismatches.append(f"seed {seed}, {len(history)} messages")
     return mismatches
 
 
-def test_threads_growing_their_own_histories_get_cold_answers(busy_switching: None) -> None:
+def test_threads_growing_their_own_histories_get_the_answers_of_rebuilt_governors(
+    busy_switching: None,
+) -> None:
     with ThreadPoolExecutor(4) as pool:
         mismatches = [m for result in pool.map(_grow, range(4)) for m in result]
     assert mismatches == []

@@ -1,11 +1,12 @@
-"""What one call carries to the next on a long history never changes the answer.
+"""What a Governor carries from one call to the next on a long history never changes the answer.
 
-A warm call on a history grown by a message takes over what the previous call worked out:
-counts before caps, the governed versions of the masked middle and of the older results
-after it, a window walk over that carried run a run at a time, the window's drops as one
-range. These tests grow histories long enough for the window to cut on every call, through
-turns, interrupted calls, evicted and truncated outputs, a protected tool, pins, group
-dropping and triggers, and compare every warm call with a cold one on new objects.
+A call on a history grown by a message takes over what the previous call worked out: counts
+before caps, the governed versions of the masked middle and of the older results after it, a
+window walk over that carried run a run at a time, the window's drops as one range. These
+tests grow histories long enough for the window to cut on every call (hysteresis off) or to
+replay its cut between actions (on), through turns, interrupted calls, evicted and truncated
+outputs, a protected tool, pins, group dropping and triggers, and compare every call with that
+of a Governor rebuilt from the same state, on new objects.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import random
 from typing import Any
 
 import pytest
-from engine_builders import MODEL, carried_lengths
+from engine_builders import MODEL, carried_lengths, rebuilt
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -27,8 +28,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ctxhub.governance import Governed, Policy, govern, memory
+from ctxhub.governance import Governed, Governor, Policy, govern
 from ctxhub.governance._work import Work
+from ctxhub.governance.caches import memory
 from ctxhub.governance.counting import MessageFacts, message_facts
 from ctxhub.governance.steps import window as window_step
 from ctxhub.governance.tokens import tokenizer_for
@@ -97,13 +99,23 @@ def _policy(**overrides: Any) -> Policy:
     )
 
 
+EVERY_CALL = {"hysteresis": {"enabled": False}}
+
 POLICIES = {
     "budget": _policy(),
+    "budget, every call": _policy(**EVERY_CALL),
     "triggers": _policy(
         window={
             "triggers": [{"kind": "messages", "value": 80}],
             "keep": {"kind": "messages", "value": 60},
         }
+    ),
+    "triggers, every call": _policy(
+        window={
+            "triggers": [{"kind": "messages", "value": 80}],
+            "keep": {"kind": "messages", "value": 60},
+        },
+        **EVERY_CALL,
     ),
     "groups": _policy(context_window=2_500, drop_groups=True, shrink_newest=True),
     "no-eviction": _policy(eviction={"threshold_tokens": None}, text={"limit": 64}),
@@ -123,69 +135,72 @@ def _same(warm: Governed, cold: Governed) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
-def test_a_long_history_grown_message_by_message_governs_as_a_cold_one(name: str) -> None:
+def test_a_long_history_grown_message_by_message_governs_as_a_rebuilt_governor_would(
+    name: str,
+) -> None:
     policy = POLICIES[name]
     session = _session(seed=len(name), size=240)
     pins = frozenset({1}) if name == "groups" else frozenset()
-    windowed = carried = 0
+    windowed = carried = replayed = 0
     history = session[:180]
-    govern(history, policy, model=MODEL, pinned=pins)
+    governor = Governor(policy, model=MODEL)
+    governor.govern(history, pinned=pins)
     for size in range(181, len(session) + 1):
         history = [*history, session[size - 1]]
+        twin = rebuilt(governor)
         with carried_lengths() as seen:
-            warm = govern(history, policy, model=MODEL, pinned=pins)
+            warm = governor.govern(history, pinned=pins)
         assert seen == [size - 1]
-        # The same messages as new objects: no cache or carried state applies to them.
+        # The same messages as new objects: no cache or carried work applies to them.
         fresh = _session(seed=len(name), size=size)
-        _same(warm, govern(fresh, policy, model=MODEL, pinned=pins))
+        _same(warm, twin.govern(fresh, pinned=pins))
         windowed += warm._work.notice is not None
         carried += warm._work.seeded is not None
-    # The window cut and the carried run was walked a run at a time on most calls.
+        replayed += warm.acted is None
+    # The window cut on most calls: with hysteresis, by replaying the last action's cut;
+    # without, walking the carried run a run at a time.
     assert windowed > 45
-    assert carried > 45
+    if policy.hysteresis.enabled:
+        assert replayed > 45
+    else:
+        assert carried > 45
 
 
-def test_a_stored_long_history_grown_message_by_message_governs_as_a_cold_one() -> None:
-    policy = POLICIES["budget"]
+@pytest.mark.parametrize("name", ["budget", "budget, every call"])
+def test_a_stored_long_history_grown_message_by_message_governs_as_a_rebuilt_governor_would(
+    name: str,
+) -> None:
+    policy = POLICIES[name]
     session = _session(seed=3, size=240)
     tokenizer = tokenizer_for(MODEL)
     facts = [MessageFacts.from_json(message_facts(m, tokenizer).to_json()) for m in session]
     loaded = copy.deepcopy(session)
-    carried = 0
+    carried = replayed = 0
+    governor = Governor(policy, model=MODEL)
     for size in range(180, len(session) + 1):
+        twin = rebuilt(governor)
         with carried_lengths() as seen:
-            warm = govern(loaded[:size], policy, model=MODEL, facts=facts[:size])
+            warm = governor.govern(loaded[:size], facts=facts[:size])
         if size > 180:
             assert seen == [size - 1]
-        _same(warm, govern(_session(seed=3, size=size), policy, model=MODEL))
+        _same(warm, twin.govern(_session(seed=3, size=size)))
         carried += warm._work.seeded is not None
-    assert carried > 30
+        replayed += warm.acted is None
+    assert (replayed if policy.hysteresis.enabled else carried) > 30
 
 
-def test_a_long_history_edited_deep_in_place_is_prepared_again_once_memory_is_cleared() -> None:
+def test_a_long_history_with_an_old_message_replaced_is_a_new_start() -> None:
     policy = POLICIES["budget"]
     history = _session(seed=5, size=260)
+    governor = Governor(policy, model=MODEL)
     for size in range(240, len(history) + 1):
-        govern(history[:size], policy, model=MODEL)
-    # A message the window dropped long ago: its parts list grown, then replaced, in place.
-    old = history[7]
-    old.parts.append(UserPromptPart(words(300, "grown"), timestamp=T0))
-    memory.clear()
-    with carried_lengths() as seen:
-        after = govern(history, policy, model=MODEL)
-    assert seen == [0]
-    _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
-    old.parts = [UserPromptPart("replaced", timestamp=T0)]
-    memory.clear()
-    with carried_lengths() as seen:
-        again = govern(history, policy, model=MODEL)
-    assert seen == [0]
-    _same(again, govern(copy.deepcopy(history), policy, model=MODEL))
-    # And a message replaced in the list, the list being the same object.
+        governor.govern(history[:size])
+    # A message the window dropped long ago, replaced in the list (the same list object).
     history[11] = ModelResponse(parts=[TextPart("another answer")], timestamp=T0)
     with carried_lengths() as seen:
-        replaced = govern(history, policy, model=MODEL)
+        replaced = governor.govern(history)
     assert seen == [0]
+    assert replaced.acted == "edited"
     _same(replaced, govern(copy.deepcopy(history), policy, model=MODEL))
 
 
@@ -210,9 +225,11 @@ def test_a_protected_call_with_a_reused_id_keeps_the_pairs_a_cold_call_keeps() -
             parts=[ToolReturnPart("manage_todo_list", "ok", tool_call_id=reused, timestamp=T0)]
         ),
     ]
+    governor = Governor(policy, model=MODEL)
     for size in range(len(history) - 30, len(history) + 1):
-        warm = govern(history[:size], policy, model=MODEL)
-        _same(warm, govern(copy.deepcopy(history[:size]), policy, model=MODEL))
+        twin = rebuilt(governor)
+        warm = governor.govern(history[:size])
+        _same(warm, twin.govern(copy.deepcopy(history[:size])))
 
 
 def test_an_offer_held_below_a_swinging_stop_spares_governing_again(
@@ -221,7 +238,7 @@ def test_an_offer_held_below_a_swinging_stop_spares_governing_again(
     # Offers one position below where the window's walk stopped: the stop swings as turns end
     # and their outputs are truncated, and what the next call needs falls outside an offer
     # raised with it, unless earlier offers are held. Held or not, every call is a cold one.
-    policy = POLICIES["budget"]
+    policy = POLICIES["budget, every call"]
     session = _session(seed=11, size=400)
     original = Work.materialise
     again: dict[int, int] = {}
@@ -243,11 +260,12 @@ def test_an_offer_held_below_a_swinging_stop_spares_governing_again(
 
         monkeypatch.setattr(Work, "materialise", counted)
         history = session[:200]
-        govern(history, policy, model=MODEL)
+        governor = Governor(policy, model=MODEL)
+        governor.govern(history)
         again[held] = 0
         for size in range(201, len(session) + 1):
             history = [*history, session[size - 1]]
-            warm = govern(history, policy, model=MODEL)
+            warm = governor.govern(history)
             if size % 20 == 0:
                 monkeypatch.setattr(Work, "materialise", original)
                 _same(warm, govern(_session(seed=11, size=size), policy, model=MODEL))

@@ -1,10 +1,11 @@
-"""What ``govern`` carries from one call to the next never changes its answer.
+"""What a ``Governor`` carries from one call to the next never changes its answer.
 
-An agent governs the same history plus a message or two before every request, so ``govern``
+An agent governs the same history plus a message or two before every request, so its Governor
 extends what it learnt about the previous history (facts, tool-call pairing, instructions)
 instead of reading every message again. These tests grow histories by random appends, with
-shrinks, edits and reorders in between, and compare every warm call with a cold one on a deep
-copy (new objects: no cache keyed by identity and no carried state can apply to it).
+shrinks, edits and reorders in between, and compare every call with that of a Governor rebuilt
+from the same state on a deep copy (new objects: no cache keyed by identity and no carried
+work can apply to it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from typing import Any
 from unittest import mock
 
-from engine_builders import MODEL, carried_lengths
+from engine_builders import MODEL, carried_lengths, rebuilt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -28,8 +29,9 @@ from pydantic_ai.messages import (
 )
 from test_properties import histories, policies
 
-from ctxhub.governance import Governed, Policy, govern, memory
-from ctxhub.governance.govern import _EDITABLE
+from ctxhub.governance import Governed, Governor, Policy, govern
+from ctxhub.governance.caches import memory
+from ctxhub.governance.prepare import EDITABLE
 from ctxhub.governance.tokens import Tokenizer
 from tests.messages import T0
 
@@ -43,7 +45,6 @@ OPERATIONS = (
     "edit",
     "swap",
     "parts",
-    "parts deep",
 )
 
 
@@ -51,10 +52,11 @@ def _same(warm: Governed, cold: Governed) -> None:
     assert warm.messages == cold.messages
     assert warm.report.model_dump() == cold.report.model_dump()
     assert list(warm.evicted.items()) == list(cold.evicted.items())
-    assert (warm.fits, warm.tokens_before, warm.tokens_after) == (
+    assert (warm.fits, warm.tokens_before, warm.tokens_after, warm.acted) == (
         cold.fits,
         cold.tokens_before,
         cold.tokens_after,
+        cold.acted,
     )
 
 
@@ -92,11 +94,11 @@ def _step(
         changed = list(history)
         changed[i], changed[j] = changed[j], changed[i]
         return changed, False
-    if operation in ("parts", "parts deep") and history:
+    if operation == "parts" and history:
         # The same message object, its parts list replaced in place by one as long: one of the
-        # last messages (as an agent run edits its latest request), or any message, after
-        # which the caller clears governance's memory.
-        lowest = 0 if operation == "parts deep" else max(len(history) - _EDITABLE, 0)
+        # last messages, as an agent run edits its latest request (older messages are values,
+        # changed by replacing them: "edit").
+        lowest = max(len(history) - EDITABLE, 0)
         at = data.draw(st.integers(lowest, len(history) - 1))
         message = history[at]
         last: Any = (
@@ -105,18 +107,17 @@ def _step(
             else TextPart("replaced " * 30)
         )
         message.parts = [*message.parts[:-1], last] if message.parts else []
-        if operation == "parts deep":
-            memory.clear()
         return list(history), False
     return list(history), False
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=histories(), policy=policies(), data=st.data())
-def test_a_growing_history_governs_as_a_cold_one(
+def test_a_growing_history_governs_as_a_rebuilt_governor_would(
     stream: list[ModelMessage], policy: Policy, data: st.DataObject
 ) -> None:
     start = data.draw(st.integers(0, len(stream)))
+    governor = Governor(policy, model=MODEL)
     history, pool = stream[:start], stream[start:]
     operations = data.draw(st.lists(st.sampled_from(OPERATIONS), min_size=1, max_size=12))
     previous: list[ModelMessage] | None = None
@@ -127,13 +128,13 @@ def test_a_growing_history_governs_as_a_cold_one(
             appended = False
         pins = frozenset(data.draw(st.sets(st.integers(0, max(len(history) - 1, 0)), max_size=1)))
         pins = pins if history else frozenset()
+        twin = rebuilt(governor)
         with carried_lengths() as seen:
-            warm = govern(history, policy, model=MODEL, pinned=pins)
+            warm = governor.govern(history, pinned=pins)
         if appended and previous is not None:
             # The call extended the previous history instead of starting over.
             assert seen == [len(previous)]
-        snapshot = copy.deepcopy(history)
-        cold = govern(snapshot, policy, model=MODEL, pinned=pins)
+        cold = twin.govern(copy.deepcopy(history), pinned=pins)
         _same(warm, cold)
         previous = history
 
@@ -145,13 +146,15 @@ def test_governing_again_after_a_cold_copy_still_extends() -> None:
     history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
     ]
-    govern(history, policy, model=MODEL)
-    govern(copy.deepcopy(history), policy, model=MODEL)
+    governor = Governor(policy, model=MODEL)
+    governor.govern(history)
+    governor.govern(copy.deepcopy(history))
     history = [*history, ModelRequest(parts=[UserPromptPart("one more", timestamp=T0)])]
+    twin = rebuilt(governor)
     with carried_lengths() as seen:
-        warm = govern(history, policy, model=MODEL)
+        warm = governor.govern(history)
     assert seen == [30]
-    _same(warm, govern(copy.deepcopy(history), policy, model=MODEL))
+    _same(warm, twin.govern(copy.deepcopy(history)))
 
 
 def test_a_latest_message_edited_in_place_is_not_served_stale() -> None:
@@ -160,34 +163,38 @@ def test_a_latest_message_edited_in_place_is_not_served_stale() -> None:
     history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
     ]
-    before = govern(history, policy, model=MODEL)
+    governor = Governor(policy, model=MODEL)
+    before = governor.govern(history)
     history[-1].parts.append(UserPromptPart("grown " * 400, timestamp=T0))
+    twin = rebuilt(governor)
     with carried_lengths() as seen:
-        after = govern(history, policy, model=MODEL)
+        after = governor.govern(history)
     assert seen == [0]
     assert after.tokens_before > before.tokens_before
-    _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
+    _same(after, twin.govern(copy.deepcopy(history)))
     history[-5].parts = [UserPromptPart("replaced", timestamp=T0)]
+    twin = rebuilt(governor)
     with carried_lengths() as seen:
-        again = govern(history, policy, model=MODEL)
+        again = governor.govern(history)
     assert seen == [0]
     assert again.tokens_before < after.tokens_before
-    _same(again, govern(copy.deepcopy(history), policy, model=MODEL))
+    assert again.acted == "edited"
+    _same(again, twin.govern(copy.deepcopy(history)))
 
 
-def test_an_older_message_edited_in_place_is_seen_once_memory_is_cleared() -> None:
+def test_an_older_message_replaced_is_a_new_start() -> None:
     policy = Policy(context_window=4_000, reserved_output_tokens=0)
     history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
     ]
-    before = govern(history, policy, model=MODEL)
-    history[3].parts.append(UserPromptPart("grown " * 400, timestamp=T0))
-    memory.clear()
-    with carried_lengths() as seen:
-        after = govern(history, policy, model=MODEL)
-    assert seen == [0]
-    assert after.tokens_before > before.tokens_before
-    _same(after, govern(copy.deepcopy(history), policy, model=MODEL))
+    governor = Governor(policy, model=MODEL)
+    governor.govern(history)
+    history[3] = ModelRequest(parts=[UserPromptPart("grown " * 400, timestamp=T0)])
+    twin = rebuilt(governor)
+    after = governor.govern(history)
+    assert after.acted == "edited"
+    _same(after, twin.govern(copy.deepcopy(history)))
+    assert after.messages == govern(copy.deepcopy(history), policy, model=MODEL).messages
 
 
 def _parallel_session(turns: int) -> list[ModelMessage]:
@@ -230,33 +237,45 @@ def test_masked_versions_carried_over_match_cold_ones() -> None:
     # of the span (one of its results masked) is later inside it (both masked). Long texts
     # are truncated only once their turn is over, so a message's governed version also
     # changes when a new turn starts.
+    # Without hysteresis, so the span moves on every call.
     policy = Policy.model_validate(
         {
             "masking": {"keep_first": 1, "keep_last": 1, "apply": "always"},
             "text": {"limit": 100},
             "window": {"enabled": False},
+            "hysteresis": {"enabled": False},
         }
     )
     session = _parallel_session(8)
     reused = 0
+    governor = Governor(policy, model=MODEL)
     for size in range(1, len(session) + 1):
-        warm = govern(session[:size], policy, model=MODEL)
+        twin = rebuilt(governor)
+        warm = governor.govern(session[:size])
         reused += warm._work.carried is not None
-        _same(warm, govern(copy.deepcopy(session[:size]), policy, model=MODEL))
+        _same(warm, twin.govern(copy.deepcopy(session[:size])))
     assert reused > len(session) // 2
 
 
 def test_an_output_truncated_once_its_turn_is_over_reuses_its_token_ids() -> None:
     # Truncation scope "older" leaves the current turn's outputs whole; the call after the next
     # user request truncates them from the ids kept when they were counted, calls earlier.
-    policy = Policy.model_validate({"tool_output": {"limit": 200}, "window": {"enabled": False}})
+    # Without hysteresis, which would leave the output whole until its next action.
+    policy = Policy.model_validate(
+        {
+            "tool_output": {"limit": 200},
+            "window": {"enabled": False},
+            "hysteresis": {"enabled": False},
+        }
+    )
+    governor = Governor(policy, model=MODEL)
     output = "".join(f"row {n}: value {n * 7}\n" for n in range(600))
     history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart("read it", timestamp=T0)]),
         ModelResponse(parts=[ToolCallPart("read", {}, tool_call_id="c1")], timestamp=T0),
         ModelRequest(parts=[ToolReturnPart("read", output, tool_call_id="c1", timestamp=T0)]),
     ]
-    current = govern(history, policy, model=MODEL)
+    current = governor.govern(history)
     assert current.messages[2].parts[0].content == output  # type: ignore[union-attr]
     history = [
         *history,
@@ -270,23 +289,24 @@ def test_an_output_truncated_once_its_turn_is_over_reuses_its_token_ids() -> Non
         encoded.append(text)
         return encode(self, text)
 
+    twin = rebuilt(governor)
     with mock.patch.object(Tokenizer, "encode", spy):
-        warm = govern(history, policy, model=MODEL)
+        warm = governor.govern(history)
     assert output not in encoded
     assert warm.messages[2].parts[0].content != output  # type: ignore[union-attr]
-    _same(warm, govern(copy.deepcopy(history), policy, model=MODEL))
+    _same(warm, twin.govern(copy.deepcopy(history)))
 
 
-def test_clearing_memory_forgets_everything_and_changes_no_result() -> None:
+def test_clearing_the_memos_forgets_them_and_changes_no_result() -> None:
     policy = Policy(context_window=4_000, reserved_output_tokens=0)
     history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart(f"task {n} " * 50, timestamp=T0)]) for n in range(30)
     ]
     warm = govern(history, policy, model=MODEL)
-    remembered = (memory.messages, memory.parts, memory.histories, memory.cap_keys)
+    remembered = (memory.messages, memory.parts, memory.cap_keys)
     assert all(map(len, remembered))
     memory.clear()
-    assert not any(map(len, (*remembered, memory.token_ids, memory.cap_keys_by_policy)))
+    assert not any(map(len, (*remembered, memory.cap_keys_by_policy)))
     _same(warm, govern(history, policy, model=MODEL))
 
 
@@ -300,14 +320,14 @@ def test_a_report_read_after_its_history_grew_and_branched_is_that_of_a_cold_cal
             ModelRequest(parts=[UserPromptPart(f"task {n} " * 40, timestamp=T0)]),
             ModelResponse(parts=[TextPart(f"done {n} " * 30)], timestamp=T0),
         ]
-    first = govern(history, policy, model=MODEL)
+    governor = Governor(policy, model=MODEL)
+    first = governor.govern(history)
     assert any(step.step == "window" for step in first.report.steps)
-    grown = govern(
-        [*history, ModelRequest(parts=[UserPromptPart("more " * 60)])], policy, model=MODEL
-    )
+    grown = governor.govern([*history, ModelRequest(parts=[UserPromptPart("more " * 60)])])
     branch = [*history, ModelRequest(parts=[UserPromptPart("other " * 90)])]
-    branched = govern(branch, policy, model=MODEL)
+    twin = rebuilt(governor)
+    branched = governor.govern(branch)
     memory.clear()
     _same(first, govern(copy.deepcopy(history), policy, model=MODEL))
-    _same(branched, govern(copy.deepcopy(branch), policy, model=MODEL))
+    _same(branched, twin.govern(copy.deepcopy(branch)))
     assert grown.report.tokens_before > first.report.tokens_before

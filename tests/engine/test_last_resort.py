@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import copy
-
-from engine_builders import MODEL, _off, _tight
+from engine_builders import MODEL, _off, _tight, continued_and_rebuilt
 from pydantic_ai.messages import ModelMessage
 
-from ctxhub.governance import govern
+from ctxhub.governance import Governor, govern
 from ctxhub.governance.steps.normalize import pairing_problems
 from tests.messages import tool_call, tool_result, user, words
 
@@ -88,12 +86,14 @@ def test_the_shrink_counts_masked_results_as_masked_warm_or_cold() -> None:
         tool_call("read", id="c9"),
         tool_result("read", words(2000), id="c9"),
     ]
+    governor = Governor(policy, model=MODEL)
     for size in range(1, len(history) + 1):
-        warm = govern(history[:size], policy, model=MODEL)
-        cold = govern(copy.deepcopy(history[:size]), policy, model=MODEL)
+        warm, cold = continued_and_rebuilt(governor, history[:size])
         assert warm.messages == cold.messages, size
     assert cold.fits
     shrunk = cold.report.messages[-1].parts[0]
     assert shrunk.action == "truncated"
-    # Cut only by what the budget needs, not by the masked result's original size.
-    assert cold.tokens_after > cold.budget_tokens - 20
+    # Cut only by what the action's aim (the low-water mark) needs, not by the masked
+    # result's original size.
+    aim = int(cold.budget_tokens * policy.hysteresis.low_water)
+    assert aim - 20 < cold.tokens_after <= aim

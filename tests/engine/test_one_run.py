@@ -90,8 +90,9 @@ def test_message_triggers_act_inside_one_turn() -> None:
     )
     governed = govern(history, policy, model=MODEL)
     kept = [m for m in governed.report.messages if m.index is not None and m.kept]
-    # The request, plus ten movable messages (five whole groups).
-    assert [m.index for m in kept] == [0, *range(51, 61)]
+    # Ten messages, the request counted: it and four whole groups (a cut never parts a call
+    # from its result).
+    assert [m.index for m in kept] == [0, *range(53, 61)]
     again = govern(governed.messages, policy, model=MODEL)
     assert again.messages == governed.messages
 
@@ -137,7 +138,7 @@ def test_retry_exchanges_are_droppable_groups(legacy: bool) -> None:
 
 
 def test_a_token_keep_counts_the_current_turn_as_a_message_keep_does() -> None:
-    # Two turns; the current one alone holds 20 movable messages of about 40 tokens.
+    # Two turns; the current one holds its request and 20 messages of about 40 tokens.
     history: list[ModelMessage] = [user("start"), reply("ok")]
     for turn in range(5):
         history += [user(f"old {turn}"), reply(words(40, f"old{turn}"))]
@@ -161,7 +162,7 @@ def test_a_token_keep_counts_the_current_turn_as_a_message_keep_does() -> None:
     tokens_of_eight = sum(
         m.tokens_after
         for m in by_messages.report.messages
-        if m.kept and m.index is not None and m.index > 12
+        if m.kept and m.index is not None and m.index >= 12
     )
     by_tokens = govern(
         history,
@@ -174,16 +175,16 @@ def test_a_token_keep_counts_the_current_turn_as_a_message_keep_does() -> None:
         ),
         model=MODEL,
     )
-    # Both keeps measure the same movable tail: the older turns go, and as many of the
-    # current turn's groups stay either way.
+    # Both keeps measure the same tail, the turn's request included: the older turns go,
+    # and as many of the current turn's groups stay either way.
     assert [m.index for m in by_tokens.report.messages if m.kept] == [
         m.index for m in by_messages.report.messages if m.kept
     ]
     assert all(not m.kept for m in by_tokens.report.messages if 2 <= (m.index or 0) < 12)
 
 
-def test_a_token_trigger_counts_what_a_message_trigger_counts() -> None:
-    # A large pinned message and head; the movable messages are few and small.
+def test_a_token_trigger_measures_the_whole_request() -> None:
+    # A large pinned message and head; the other messages are few and small.
     history: list[ModelMessage] = [user(words(2000, "head")), reply("ok")]
     history += [user(words(2000, "pinned")), reply("noted")]
     for turn in range(4):
@@ -195,9 +196,12 @@ def test_a_token_trigger_counts_what_a_message_trigger_counts() -> None:
         ),
     )
     governed = govern(history, policy, model=MODEL, pinned={2})
-    # Neither the head nor the pin is the window's to drop, so they do not fire it.
-    assert governed.messages == history
-    assert "window" not in [s.step for s in governed.report.steps]
+    # The head and the pin count toward the trigger, as peer libraries count them, though
+    # the window keeps them whatever it drops.
+    assert "window" in [s.step for s in governed.report.steps]
+    assert governed.messages[:3] == history[:3]
+    assert governed.messages[-2:] == history[-2:]
+    assert history[3] not in governed.messages
 
 
 def test_the_summary_of_one_turn_knows_the_request_it_serves() -> None:

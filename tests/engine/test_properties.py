@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from engine_builders import MODEL, _tight
+from engine_builders import MODEL, _tight, continued_and_rebuilt
 from hypothesis import HealthCheck, Phase, given, note, seed, settings
 from hypothesis import strategies as st
 from long_histories import Spec, build
@@ -43,7 +43,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ctxhub.governance import Policy, count_tokens, govern
+from ctxhub.governance import Governor, Policy, count_tokens, govern
 from ctxhub.governance.policy import MIN_TRUNCATION_TOKENS
 from tests.messages import T0, reply, tool_call, tool_result, user, words
 
@@ -554,15 +554,17 @@ def test_budget_is_met_when_the_untouchable_part_fits(
 
 @seeded(max_examples=15)
 @given(spec=specs(), policy=long_policies(), steps=st.integers(2, 12))
-def test_a_long_history_grown_governs_as_a_cold_one(spec: Spec, policy: Policy, steps: int) -> None:
+def test_a_long_history_grown_governs_as_a_rebuilt_governor_would(
+    spec: Spec, policy: Policy, steps: int
+) -> None:
     # Pair repair carries its pairing from call to call: a result arriving late, after its
     # call was answered "interrupted", must be moved as a cold pass over the whole would.
     history = build(spec)
     _replay(f"{spec!r} builds {len(history)} messages, grown in {steps} steps")
+    governor = Governor(policy, model=MODEL)
     for step in range(1, steps + 1):
         prefix = history[: len(history) * step // steps]
-        warm = govern(prefix, policy, model=MODEL)
-        cold = govern(copy.deepcopy(prefix), policy, model=MODEL)
+        warm, cold = continued_and_rebuilt(governor, prefix)
         note(f"prefix of {len(prefix)} messages")
         assert warm.messages == cold.messages
         assert warm.report.model_dump() == cold.report.model_dump()

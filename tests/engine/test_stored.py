@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, overload
 
 import pytest
-from engine_builders import MODEL, carried_lengths
+from engine_builders import MODEL, carried_lengths, rebuilt
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -42,7 +42,7 @@ from pydantic_ai.tools import ToolDefinition
 from report_oracle import reference_report
 from test_properties import histories, policies
 
-from ctxhub.governance import Governed, Policy, govern
+from ctxhub.governance import Governed, Governor, Policy, govern
 from ctxhub.governance.counting import FACTS_VERSION, MessageFacts, message_facts
 from ctxhub.governance.steps.normalize import Pairing
 from ctxhub.governance.tokens import tokenizer_for
@@ -280,21 +280,23 @@ def test_a_stored_history_governs_as_its_messages_and_reads_only_what_it_must(
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=stored_histories(), policy=policies(), data=st.data())
-def test_a_stored_history_grown_one_message_at_a_time_governs_as_a_cold_one(
+def test_a_stored_history_grown_one_message_at_a_time_governs_as_a_rebuilt_governor_would(
     stream: list[ModelMessage], policy: Policy, data: st.DataObject
 ) -> None:
     start = data.draw(st.integers(0, len(stream)))
     loaded = copy.deepcopy(stream)  # the hub's loaded messages: one object per position
     facts = [stored(m) for m in stream]  # the hub's facts: one object per message
     previous: int | None = None
+    governor = Governor(policy, model=MODEL)
     for size in range(start, len(stream) + 1):
         options = _options(data.draw, stream[:size])
         lazy = LazyRecorder(loaded, size)
+        twin = rebuilt(governor)
         with carried_lengths() as seen:
-            governed = govern(lazy, policy, model=MODEL, facts=facts[:size], **options)
+            governed = governor.govern(lazy, facts=facts[:size], **options)
         if previous is not None:
             assert seen == [previous]  # extended the previous call's history
-        cold = govern(copy.deepcopy(stream[:size]), policy, model=MODEL, **options)
+        cold = twin.govern(copy.deepcopy(stream[:size]), **options)
         _same(governed, cold)
         allowed = _allowed(governed, facts[:size], options["instructions"])
         assert lazy.read <= allowed, sorted(lazy.read - allowed)
@@ -320,9 +322,11 @@ def test_a_grown_stored_history_reuses_earlier_reports_and_leaves_dropped_messag
     policy = Policy(context_window=5_000, reserved_output_tokens=0)
     facts = [stored(m) for m in session]
     loaded = copy.deepcopy(session)
-    first = govern(LazyRecorder(loaded, len(session) - 1), policy, model=MODEL, facts=facts[:-1])
+    governor = Governor(policy, model=MODEL)
+    first = governor.govern(LazyRecorder(loaded, len(session) - 1), facts=facts[:-1])
+    twin = rebuilt(governor)
     lazy = LazyRecorder(loaded)
-    second = govern(lazy, policy, model=MODEL, facts=facts)
+    second = governor.govern(lazy, facts=facts)
 
     before, after = first.report.messages, second.report.messages
     dropped = {m.index for m in after if not m.kept and m.index is not None}
@@ -333,7 +337,7 @@ def test_a_grown_stored_history_reuses_earlier_reports_and_leaves_dropped_messag
     assert len(lazy.read) < 30
     reused = sum(a is b for a, b in zip(before, after, strict=False))
     assert reused > 0.9 * len(before)
-    _same(second, govern(copy.deepcopy(session), policy, model=MODEL))
+    _same(second, twin.govern(copy.deepcopy(session)))
 
 
 def test_results_read_before_or_after_their_stored_history_grew_report_as_cold_calls() -> None:
@@ -345,12 +349,16 @@ def test_results_read_before_or_after_their_stored_history_grew_report_as_cold_c
     policy = Policy(context_window=5_000, reserved_output_tokens=0)
     facts = [stored(m) for m in session]
     sizes = (len(session) - 9, len(session) - 5, len(session))
-    held = govern(session[: sizes[0]], policy, model=MODEL, facts=facts[: sizes[0]])
-    read = govern(session[: sizes[1]], policy, model=MODEL, facts=facts[: sizes[1]])
+    governor = Governor(policy, model=MODEL)
+    twins = [rebuilt(governor)]
+    held = governor.govern(session[: sizes[0]], facts=facts[: sizes[0]])
+    twins.append(rebuilt(governor))
+    read = governor.govern(session[: sizes[1]], facts=facts[: sizes[1]])
     assert read.report.messages_before == sizes[1]
-    last = govern(session, policy, model=MODEL, facts=facts)
-    for governed, size in zip((held, read, last), sizes, strict=True):
-        _same(governed, govern(copy.deepcopy(session[:size]), policy, model=MODEL))
+    twins.append(rebuilt(governor))
+    last = governor.govern(session, facts=facts)
+    for governed, size, twin in zip((held, read, last), sizes, twins, strict=True):
+        _same(governed, twin.govern(copy.deepcopy(session[:size])))
 
 
 def test_a_stored_history_that_does_not_extend_the_remembered_one_leaves_it_to_extend() -> None:
@@ -360,13 +368,16 @@ def test_a_stored_history_that_does_not_extend_the_remembered_one_leaves_it_to_e
     policy = Policy(context_window=3_000, reserved_output_tokens=0)
     facts = [stored(m) for m in session]
     size = len(session) - 2
-    govern(session[:size], policy, model=MODEL, facts=facts[:size]).report  # noqa: B018
+    governor = Governor(policy, model=MODEL)
+    governor.govern(session[:size], facts=facts[:size]).report  # noqa: B018
     edited = [*session[:3], user("another task"), *session[4:]]
     other = [*facts[:3], stored(edited[3]), *facts[4:]]
     with carried_lengths() as seen:
-        apart = govern(edited, policy, model=MODEL, facts=other)
-        grown = govern(session, policy, model=MODEL, facts=facts)
+        apart = governor.govern(edited, facts=other)
+        grown = governor.govern(session, facts=facts)
     assert seen == [0, size]
+    # Each is an edit of the history before it: governed as a new start.
+    assert apart.acted == grown.acted == "edited"
     _same(apart, govern(copy.deepcopy(edited), policy, model=MODEL))
     _same(grown, govern(copy.deepcopy(session), policy, model=MODEL))
 
@@ -375,11 +386,13 @@ def test_stored_facts_given_as_a_tuple_extend_the_remembered_history() -> None:
     session = _long_session(4)
     policy = Policy(context_window=3_000, reserved_output_tokens=0)
     facts = tuple(stored(m) for m in session)
+    governor = Governor(policy, model=MODEL)
     with carried_lengths() as seen:
-        govern(session[:-2], policy, model=MODEL, facts=facts[:-2]).report  # noqa: B018
-        grown = govern(session, policy, model=MODEL, facts=facts)
+        governor.govern(session[:-2], facts=facts[:-2]).report  # noqa: B018
+        twin = rebuilt(governor)
+        grown = governor.govern(session, facts=facts)
     assert seen == [0, len(session) - 2]
-    _same(grown, govern(copy.deepcopy(session), policy, model=MODEL))
+    _same(grown, twin.govern(copy.deepcopy(session)))
 
 
 def test_reports_of_one_stored_history_built_in_threads_equal_cold_ones() -> None:
@@ -401,10 +414,12 @@ def test_reports_of_one_stored_history_built_in_threads_equal_cold_ones() -> Non
 
     # Calls on the history as it grows, each extending the one before: their reports share
     # what earlier reports built, and are built here in four threads at once.
+    # Pins that change on every call make each a new start, as a fresh Governor's first.
     governed = []
+    governor = Governor(policy, model=MODEL)
     for size in sizes:
         lazy, pinned = LazyRecorder(loaded, size), pins[size]
-        call = govern(lazy, policy, model=MODEL, pinned=pinned, facts=facts[:size])
+        call = governor.govern(lazy, pinned=pinned, facts=facts[:size])
         governed.append((size, call))
 
     def wrong(call: tuple[int, Governed]) -> bool:

@@ -8,7 +8,7 @@ import dataclasses
 import json
 from typing import Any
 
-from engine_builders import MODEL
+from engine_builders import MODEL, continued_and_rebuilt
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
@@ -16,7 +16,7 @@ from report_oracle import reference_report
 from test_properties import _summary, assert_history_invariants, histories, policies
 from test_stored import LazyRecorder, _allowed, _same, stored
 
-from ctxhub.governance import Policy, count_tokens, govern
+from ctxhub.governance import Governor, Policy, count_tokens, govern
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", '"quoted"']
 
@@ -109,11 +109,11 @@ def test_a_stored_history_with_large_arguments_governs_as_its_messages(
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=call_histories(), policy=policies(), data=st.data())
-def test_a_growing_history_with_large_arguments_governs_as_a_cold_one(
+def test_a_growing_history_with_large_arguments_governs_as_a_rebuilt_governor_would(
     stream: list[ModelMessage], policy: Policy, data: st.DataObject
 ) -> None:
     start = data.draw(st.integers(0, len(stream)))
+    governor = Governor(policy, model=MODEL)
     for size in range(start, len(stream) + 1):
-        warm = govern(stream[:size], policy, model=MODEL)
-        cold = govern(copy.deepcopy(stream[:size]), policy, model=MODEL)
+        warm, cold = continued_and_rebuilt(governor, stream[:size])
         _same(warm, cold)

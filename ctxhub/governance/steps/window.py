@@ -3,10 +3,10 @@
 * Triggers (pydantic-deep, 004): any of messages / tokens / fraction of the window fires it, and
   exceeding the budget always does. What to keep: messages / tokens / fraction, never more than
   the budget allows; by default as much as the budget allows (Duragent's render-time fill).
-* Triggers and keeps measure the same thing: the *movable* messages, those after the head that
-  are neither kept whatever the window (below) nor a window notice. So a keep smaller than a
-  trigger of its kind never lets the window fire again on its own output. Exceeding the budget
-  is measured on everything sent.
+* As users of peer libraries expect: a message trigger counts every message sent, a token or
+  fraction trigger the whole request (system prompt, instructions, tool definitions, head and
+  pins included); a keep counts the kept tail, the current turn's request included (pins and
+  system prompts are kept like the head, uncounted).
 * The head is the first run — up to the first response with text, as co-cli finds it — and is
   kept, unless it would take more than half the budget, when only the first request is.
 * Kept whatever the window: messages with a system prompt, pinned messages, the latest call and
@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from datetime import datetime
 from itertools import accumulate, chain
 
@@ -152,34 +153,29 @@ def tail_floor(work: Work) -> int:
     return work.turn_start
 
 
-def movable(work: Work, head_end: int, sticky: set[int]) -> tuple[int, int]:
-    """How many kept positions after the head the window may drop (not sticky, not a
-    notice), and their tokens: C-level counts over the history, less the few exceptions."""
-    kept, tokens = work.kept, work.tokens
-    start = head_end + 1
-    count = kept[start:].count(True)
-    total = sum(tokens[start:])  # a dropped position counts 0
-    for position in sticky.union(notice_positions(work)):
-        if position >= start and kept[position]:
-            count -= 1
-            total -= tokens[position]
-    return count, total
-
-
-def _fired(work: Work, head_end: int, sticky: set[int]) -> bool:
+def _fired(work: Work) -> bool:
     """Whether the history is over budget or any trigger fires."""
-    triggers = work.policy.window.triggers
     # With triggers a fitting history may still be windowed, and the messages it drops must
     # have been governed first, as they are when nothing fires.
-    if work.exact_over(eager=bool(triggers)):
+    if work.exact_over(eager=bool(work.policy.window.triggers)):
         return True
+    return triggered(work)
+
+
+def triggered(work: Work) -> bool:
+    """Whether a trigger fires on the request as planned: a message trigger counts every
+    message sent, a token or fraction trigger the whole request (system prompt, instructions,
+    tool definitions, head and pins included), as users of peer libraries expect."""
+    triggers = work.policy.window.triggers
     if not triggers:
         return False
-    count, total = movable(work, head_end, sticky)
+    messages = work.kept.count(1) + (work.notice is not None)
     for trigger in triggers:
         kind, value = trigger.resolve(work.window_tokens)
-        size = count if kind == "messages" else total
-        if size > value:
+        if kind == "messages":
+            if messages > value:
+                return True
+        elif work.exact_over(value - work.outside_tokens):
             return True
     return False
 
@@ -308,7 +304,7 @@ def window(work: Work) -> int | None:
     if not policy.enabled or floor <= head_end + 1:
         return None
     sticky = sticky_positions(work)
-    if not _fired(work, head_end, sticky):
+    if not _fired(work):
         return None
 
     size = len(work.facts)
@@ -320,9 +316,14 @@ def window(work: Work) -> int | None:
     # Reserve room for the notice at its largest (every middle message omitted).
     worst = build_notice(work, previous + floor, work.facts[floor].timestamp)
     available = work.limit - fixed - message_tokens(worst, work.tokenizer)
-    # The keep counts the movable messages of the whole tail, the newest exchange included.
-    floor_movable = [p for p in floor_kept if p not in sticky and not work.facts[p].notice]
-    count = len(floor_movable)
+    # The keep counts the messages of the whole tail, the newest exchange and the current
+    # turn's request included (pins and system prompts are kept like the head, uncounted).
+    counted = [
+        p
+        for p in chain(middle_sticky, floor_kept)
+        if (p >= floor or p >= work.turn_start) and not work.facts[p].notice
+    ]
+    count = len(counted)
     max_messages: int | None = None
     # The keep target applies however the window fired: a budget-driven cut that kept more
     # would let a trigger fire again on the output, and governing twice must change nothing.
@@ -331,7 +332,7 @@ def window(work: Work) -> int | None:
         if kind == "messages":
             max_messages = value
         else:
-            available = min(available, value - sum(work.tokens[p] for p in floor_movable))
+            available = min(available, value - sum(work.tokens[p] for p in counted))
 
     # Results in the kept tail whose calls come before it: the cut must go below those calls.
     open_results: set[str] = set()
@@ -370,3 +371,20 @@ def window(work: Work) -> int | None:
     except ValueError:
         work.notice_before = None
     return omitted
+
+
+def replay_window(work: Work, head_end: int, cut: int, spared: Sequence[int], omitted: int) -> None:
+    """Drop what an earlier window dropped, with the same notice: the messages between the
+    head and ``cut`` but the ``spared`` ones."""
+    work.head_end = head_end
+    work.tail_start = cut
+    work.governed_from = cut  # nothing below the cut is sent until the window moves
+    _, first_dropped = work.drop_range(head_end + 1, cut, spared, "window")
+    if first_dropped is None:
+        return
+    work.notice = build_notice(work, omitted, work.facts[cut - 1].timestamp)
+    work.notice_omitted = omitted
+    try:
+        work.notice_before = work.kept.index(True, first_dropped)
+    except ValueError:
+        work.notice_before = None

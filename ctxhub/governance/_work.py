@@ -110,7 +110,8 @@ class Work:
     token_ids: dict[int, tuple[str, list[int]]]
     pinned_positions: frozenset[int]
     limit: int
-    """Most tokens the messages may take: budget plus system prompt parts (always kept)."""
+    """Most tokens the messages may take in this plan: what it aims at (the budget, or an
+    action's lower mark), plus system prompt parts (always kept)."""
     turn_start: int
     latest_prompt: int | None
     window_tokens: int
@@ -118,6 +119,9 @@ class Work:
     """Where the window's landmarks are (collected as the history grew)."""
     outside_tokens: int = 0
     """Tokens the request sends outside its messages: instructions and tool definitions."""
+    budget_limit: int = 0
+    """``limit`` at the full budget (0: ``limit`` is): decisions that must not depend on the
+    mark an action aims at, such as the head's size, use it."""
     duplicates: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     """(position, part) of each older copy of a repeated output → (position, part) of the
     newest copy (see ``steps.dedupe``)."""
@@ -176,6 +180,7 @@ class Work:
     """Tokens of each position with caps alone (no mask); -1 where not counted."""
 
     def __post_init__(self) -> None:
+        self.budget_limit = self.budget_limit or self.limit
         size = len(self.facts)
         self.base_tokens, self.base_total, self.shared = base_counts(
             self.carried, self.facts, self.carried_shared

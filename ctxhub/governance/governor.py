@@ -89,6 +89,10 @@ class GovernorState(_State):
     pinned: tuple[int, ...] = ()
     """Positions pinned in the last request."""
     plan: Plan | None = None
+    sent: int = Field(default=0, ge=0, le=LARGEST)
+    """Tokens of the messages of the last request."""
+    growth: int = Field(default=0, ge=0, le=LARGEST)
+    """Tokens a request adds to the one before, on average lately."""
 
 
 class Governor:
@@ -193,19 +197,22 @@ class Governor:
             plan = _fresh(setup)
         continued = started is None
         replayed, replay_steps = replay(setup, plan)
+        now = sent_tokens(replayed)
+        state = self._state
+        growth = _growth(state, now) if continued else state.growth
         due = _due(setup, replayed, hysteresis.high_water)
         if due is None:
-            self._remember(setup, plan, same_lineage=continued)
+            self._remember(setup, plan, now, growth, same_lineage=continued)
             return finish(setup, replayed, replay_steps, self._cache, started)
-        work, steps = act(setup, setup.limit(hysteresis.low_water))
+        work, steps = _cheapest_action(setup, plan, replayed, growth)
         work.materialised |= replayed.materialised  # read to find the action due
-        if due == "high_water" and continued:
+        sent = sent_tokens(work)
+        if due == "high_water" and continued and now - sent < hysteresis.min_reclaim_tokens:
             # Below the budget, an action must free enough to pay for the cache it breaks.
-            freed = sent_tokens(replayed) - sent_tokens(work)
-            if freed < hysteresis.min_reclaim_tokens:
-                self._remember(setup, plan, same_lineage=True)
-                return finish(setup, replayed, replay_steps, self._cache, None)
-        self._remember(setup, plan_of(setup, work, steps), same_lineage=continued)
+            replayed.materialised |= work.materialised  # read to weigh the action
+            self._remember(setup, plan, now, growth, same_lineage=True)
+            return finish(setup, replayed, replay_steps, self._cache, None)
+        self._remember(setup, plan_of(setup, work, steps), sent, growth, same_lineage=continued)
         return finish(setup, work, steps, self._cache, started or due)
 
     def _started(self, setup: Setup) -> Acted | None:
@@ -213,8 +220,8 @@ class Governor:
         does not begin with the last one's), None when it continues the last one."""
         state = self._state
         facts = setup.prepared.facts
-        if state.size == 0 and not state.digest:
-            return "start"
+        if state.size == 0:
+            return "start"  # nothing governed yet, or an empty history: no prefix to keep
         if len(facts) < state.size or state.pinned != _pinned(setup):
             return "edited"
         if setup.prepared.follows is not None and setup.prepared.follows == self._lineage.serial:
@@ -227,13 +234,27 @@ class Governor:
         self._lineage = lineage
         return None
 
-    def _remember(self, setup: Setup, plan: Plan | None, *, same_lineage: bool) -> None:
+    def _remember(
+        self,
+        setup: Setup,
+        plan: Plan | None,
+        sent: int = 0,
+        growth: int = 0,
+        *,
+        same_lineage: bool,
+    ) -> None:
         prepared = setup.prepared
         if not same_lineage:
             self._lineage = _Lineage()
         self._lineage.facts = prepared.facts
         self._lineage.serial = prepared.serial
-        self._state = GovernorState(size=len(prepared.facts), pinned=_pinned(setup), plan=plan)
+        self._state = GovernorState(
+            size=len(prepared.facts),
+            pinned=_pinned(setup),
+            plan=plan,
+            sent=sent,
+            growth=growth,
+        )
 
 
 class _Lineage:
@@ -257,6 +278,88 @@ class _Lineage:
             self._hasher.update(b"\n")
         self._count = max(self._count, end)
         return self._hasher.hexdigest()
+
+
+def _growth(state: GovernorState, now: int) -> int:
+    """The average growth per request, updated with this one's (recent requests weigh most)."""
+    added = max(now - state.sent, 0)
+    return added if state.growth == 0 else (3 * state.growth + added) // 4
+
+
+def _cheapest_action(setup: Setup, plan: Plan, replayed: Work, growth: int) -> tuple[Work, Steps]:
+    """The action that costs the session least per request until the next, each candidate
+    costed as a provider bills cached and written input: masking a batch of older results
+    alone, within the window as it stands (which keeps the request's prefix up to the first
+    result it masks), or moving the window too (which rewrites everything after the head, but
+    leaves more room before the next action). Only moving the window is sure to reach the
+    low-water mark; the others must at least get under the high-water mark."""
+    hysteresis = setup.policy.hysteresis
+    low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
+    full = act(setup, low)
+    candidates = [full]
+    if setup.policy.masking.enabled:
+        candidates.append(_remasked(setup, plan))
+        if plan.cut is not None:
+            candidates.append(act(setup, low, masked_enough=high))
+    fitting = [c for c in candidates[1:] if not c[0].exact_over(high)]
+    pace = max(growth, setup.budget // 100, 1)
+    chosen = min(
+        [full, *fitting],
+        key=lambda action: _cost_per_request(replayed, action[0], high, pace),
+    )
+    for work, _ in candidates:
+        chosen[0].materialised |= work.materialised  # read to weigh the candidates
+    return chosen
+
+
+def _remasked(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
+    """``plan`` with masking planned again over the messages its window keeps."""
+    probe = new_work(setup, setup.limit())
+    if plan.cut is not None:
+        replay_window(probe, plan.head_end, plan.cut, plan.spared, plan.omitted)
+    mask(probe)
+    if probe.mask_span is None or probe.mask_span == plan.mask_span:
+        return replay(setup, plan)
+    return replay(setup, plan.model_copy(update={"mask_span": probe.mask_span}))
+
+
+def _cost_per_request(before: Work, after: Work, high: int, pace: int) -> float:
+    """Cache-weighted input per request from this action to the next: the action's request
+    (its unchanged prefix read from the cache, the rest written), then requests growing by
+    ``pace`` until the high-water mark (each read from the cache but what it adds)."""
+    tokens = sent_tokens(after)
+    prefix = _unchanged_prefix(before, after)
+    following = max(high - tokens, 0) / pace
+    action = CACHE_WRITE * (tokens - prefix) + CACHE_READ * prefix
+    rest = following * (CACHE_READ * (tokens + high) / 2 + CACHE_WRITE * pace)
+    return (action + rest) / (following + 1)
+
+
+CACHE_READ, CACHE_WRITE = 0.1, 1.25
+"""What providers bill for cached input read and written, per input token (Anthropic's)."""
+
+
+def _unchanged_prefix(before: Work, after: Work) -> int:
+    """Tokens of the leading messages two plans of one history send alike."""
+    total = 0
+    kept_before, kept_after = before.kept, after.kept
+    for position in range(len(kept_after)):
+        notices = (
+            before.notice if before.notice_before == position else None,
+            after.notice if after.notice_before == position else None,
+        )
+        if notices != (None, None):
+            if notices[0] != notices[1]:
+                break
+            total += after.notice_tokens()
+        if kept_before[position] != kept_after[position]:
+            break
+        if kept_after[position]:
+            # None stands for the message as it is (not read: it may load on demand).
+            if before.messages[position] != after.messages[position]:
+                break
+            total += after.tokens[position]
+    return total
 
 
 def replay(setup: Setup, plan: Plan) -> tuple[Work, Steps]:

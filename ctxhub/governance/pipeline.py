@@ -205,6 +205,7 @@ def new_work(
         token_ids=setup.token_ids,
         pinned_positions=setup.pinned_positions,
         limit=limit,
+        budget_limit=setup.limit(),
         turn_start=setup.turn_start if turn_start is None else turn_start,
         latest_prompt=setup.latest_prompt,
         window_tokens=setup.window_tokens,
@@ -230,8 +231,11 @@ def caps_steps(setup: Setup) -> Steps:
     return steps
 
 
-def act(setup: Setup, limit: int) -> tuple[Work, Steps]:
-    """A new plan: every budget step the policy has, while the messages exceed ``limit``."""
+def act(setup: Setup, limit: int, *, masked_enough: int | None = None) -> tuple[Work, Steps]:
+    """A new plan: every budget step the policy has, while the messages exceed ``limit``; or,
+    when masking alone brings them to ``masked_enough`` tokens or fewer, masking alone (it
+    keeps the request's prefix up to the first result it masks, where moving the window would
+    rewrite everything after the head)."""
     work = new_work(setup, limit)
     steps = caps_steps(setup)
     policy = work.policy
@@ -240,9 +244,16 @@ def act(setup: Setup, limit: int) -> tuple[Work, Steps]:
         steps.append(("mask", masked_step(work)))
     # With masking planned, what the previous call governed that still holds is taken over.
     seed(work)
+    enough = masked_enough is not None and work.mask_span is not None
+    if enough and not work.exact_over(masked_enough):  # type: ignore[arg-type]
+        dedupe_step(work, steps)
+        return work, steps
     omitted = window(work)
     if omitted is not None:
         steps.append(("window", f"{omitted} messages omitted"))
+    # The last resorts cut into the current turn: only as far as the budget needs, whatever
+    # lower mark the action aimed at.
+    work.limit = setup.limit()
     if policy.drop_groups and work.exact_over():
         dropped = drop_groups(work)
         steps.append(("drop_groups", f"{dropped} iteration groups dropped"))

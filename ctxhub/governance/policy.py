@@ -213,13 +213,13 @@ class Hysteresis(_Model):
         description="Off: every request is governed on its own, filling the budget.",
     )
     high_water: float = Field(
-        default=0.85,
+        default=0.9,
         gt=0,
         le=1,
         description="Share of the history budget at which the governor acts.",
     )
     low_water: float = Field(
-        default=0.55,
+        default=0.4,
         gt=0,
         lt=1,
         description="Share of the history budget an action cuts the history down to.",

@@ -71,7 +71,9 @@ def find_head_end(work: Work) -> int:
         return -1
     end = _close_head(work, end)
     head_tokens = sum(work.materialise(p) for p in range(end + 1))
-    if head_tokens > work.limit // 2:
+    # Against the budget, not the mark an action aims at: the head stays the same from one
+    # action to the next, and with it the start of the request.
+    if head_tokens > work.budget_limit // 2:
         first = next((p for p in range(end + 1) if work.facts[p].request), -1)
         end = _close_head(work, first)
     return end

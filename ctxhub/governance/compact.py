@@ -36,7 +36,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 from pydantic_ai import Agent
@@ -123,6 +123,10 @@ class CompactionReport(BaseModel):
     focus: str | None = None
     tokens_before: int
     tokens_after: int
+    sent_before: int
+    """Tokens the next request carried before, governed as a fresh Governor would."""
+    sent_after: int
+    """Tokens the next request carries after (``sent_before`` when nothing changed)."""
     messages_before: int
     messages_after: int
     summarized_indices: list[int]
@@ -516,6 +520,14 @@ class CompactionPlan:
     """(input index, message) of each message the window would drop: what gets summarised."""
     users: list[tuple[int, ModelRequest]]
     """(input index, copy) of the middle's user messages kept verbatim."""
+    aim: int
+    """Tokens the compacted history aims at (the low-water mark of the history budget)."""
+
+    def with_users_for(self, summary_tokens: int, cap: int, tokenizer: Tokenizer) -> Self:
+        """This plan keeping what user messages fit beside a summary of ``summary_tokens``
+        (at most ``cap`` tokens of them)."""
+        room = max(0, min(cap, self.aim - self.partition.tokens_after - summary_tokens))
+        return replace(self, users=_select_users(self.middle, room, tokenizer))
 
     @property
     def summarized_indices(self) -> list[int]:
@@ -583,8 +595,12 @@ def plan_compaction(
         if r.index is not None and not r.kept and r.index < len(stripped.index)
     ]
     middle = [(stripped.index[p], stripped.history[p]) for p in dropped]
-    users = _select_users(middle, user_messages_tokens, tokenizer)
-    return CompactionPlan(stripped, history, partition, middle, users)
+    # The compacted history aims at the low-water mark, so the next requests have room to
+    # grow before the next action: the user messages kept verbatim take what the kept
+    # messages and the summary leave of it.
+    aim = int(policy.history_budget(window_tokens) * policy.hysteresis.low_water)
+    plan = CompactionPlan(stripped, history, partition, middle, [], aim)
+    return plan.with_users_for(DEFAULT_SUMMARY_TOKENS, user_messages_tokens, tokenizer)
 
 
 async def compact(
@@ -628,6 +644,7 @@ async def compact(
     stripped, partition, middle, users = plan.stripped, plan.partition, plan.middle, plan.users
     history = plan.history
     summarizer_name = _model_name(summarizer)
+    sent_before = _sent(messages, messages, policy, model, pinned)
 
     def report(**values: Any) -> CompactionReport:
         base: dict[str, Any] = {
@@ -636,6 +653,8 @@ async def compact(
             "model": model,
             "focus": focus,
             "tokens_before": count_tokens(messages, model=model),
+            "sent_before": sent_before,
+            "sent_after": sent_before,
             "messages_before": len(messages),
             "summarized_indices": [],
             "summarized_messages": 0,
@@ -706,6 +725,11 @@ async def compact(
     note = {"compaction": "summary" if outcome == "summarized" else "marker"}
     stamp = _stamp([m for _, m in middle])
     summary_part = UserPromptPart(text, timestamp=stamp) if stamp else UserPromptPart(text)
+    summary_tokens_used = message_facts(ModelRequest(parts=[summary_part]), tokenizer).tokens
+    if summary_tokens_used > DEFAULT_SUMMARY_TOKENS:
+        # A longer summary (the ledger's facts) leaves less room for user messages verbatim.
+        plan = plan.with_users_for(summary_tokens_used, user_messages_tokens, tokenizer)
+        users = plan.users
     kept_users = [m for _, m in users]
     if two:
         user_parts = [p for m in kept_users for p in m.parts]
@@ -724,7 +748,6 @@ async def compact(
             parts=[summary_part], metadata={MARK: {**note, "messages": represented}}
         )
         output = plan.assemble(summary_message)
-    summary_tokens_used = message_facts(ModelRequest(parts=[summary_part]), tokenizer).tokens
     kept_user_tokens = sum(message_facts(m, tokenizer).tokens for m in kept_users)
 
     previous_tokens = sum(
@@ -771,10 +794,25 @@ async def compact(
         report(
             outcome=outcome,
             tokens_after=count_tokens(output, model=model),
+            sent_after=_sent(output, messages, policy, model, pinned),
             messages_after=len(output),
             **details,
         ),
     )
+
+
+def _sent(
+    history: Sequence[ModelMessage],
+    original: Sequence[ModelMessage],
+    policy: Policy,
+    model: str | None,
+    pinned: frozenset[int] | set[int],
+) -> int:
+    """Tokens the next request carries for ``history`` (the original or its compaction, in
+    which the messages pinned in ``original`` are the same objects)."""
+    pinned_ids = {id(original[i]) for i in pinned if 0 <= i < len(original)}
+    pins = frozenset(p for p, m in enumerate(history) if id(m) in pinned_ids)
+    return govern(history, policy, model=model, pinned=pins).tokens_after
 
 
 def _request_worked_on(

@@ -296,6 +296,11 @@ def _cheapest_action(setup: Setup, plan: Plan, replayed: Work, growth: int) -> t
     hysteresis = setup.policy.hysteresis
     low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
     full = act(setup, low)
+    if sent_tokens(full[0]) < low // 2 and any(name == "window" for name, _ in full[1]):
+        # The window stopped far below the mark, at a message too large for the room left:
+        # aiming at the high-water mark keeps the context that message and those after it
+        # carry, rather than a request of next to nothing.
+        full = act(setup, high)
     candidates = [full]
     if setup.policy.masking.enabled:
         candidates.append(_remasked(setup, plan))

@@ -245,7 +245,7 @@ def act(setup: Setup, limit: int, *, masked_enough: int | None = None) -> tuple[
     # With masking planned, what the previous call governed that still holds is taken over.
     seed(work)
     enough = masked_enough is not None and work.mask_span is not None
-    if enough and not work.exact_over(masked_enough):  # type: ignore[arg-type]
+    if enough and not work.exact_over(masked_enough):
         dedupe_step(work, steps)
         return work, steps
     omitted = window(work)

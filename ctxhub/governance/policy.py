@@ -168,17 +168,18 @@ class Window(_Model):
     triggers: tuple[Threshold, ...] = Field(
         default=(),
         description=(
-            "Any trigger firing windows the history; exceeding the budget always does. A trigger "
-            "measures the movable messages: those after the head that are not kept whatever "
-            "the window (system prompts, pins, protected tools, turn-aborted markers, the "
-            "current turn's request) and not a window notice."
+            "Any trigger firing windows the history; exceeding the budget always does. A "
+            "message trigger counts every message sent; a token or fraction trigger measures "
+            "the whole request: system prompt, instructions, tool definitions, head and pins "
+            "included."
         ),
     )
     keep: Threshold | None = Field(
         default=None,
         description=(
-            "How much recent history the window keeps, measured as triggers measure it (the "
-            "movable messages of the tail, the current turn's included); None fills the budget."
+            "How much recent history the window keeps: the tail's messages or tokens, the "
+            "current turn's request counted (pins and system prompts are kept like the head, "
+            "uncounted); None fills what the window aims at."
         ),
     )
     keep_head: bool = Field(default=True, description="Keep the first run (co-cli).")

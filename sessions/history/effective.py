@@ -20,7 +20,6 @@ from sessions.history.memory import Remembered
 from sessions.models import AgentSession, Clear, Compaction, Message, Pin
 from sessions.payloads import message_from_payload
 
-
 GOVERNORS_KEPT = 4
 """Governors kept per history: the session's own, and a few previews."""
 

@@ -24,9 +24,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from test_properties import assert_history_invariants, histories
+from test_properties import assert_history_invariants, histories, policies
 
-from ctxhub.governance import Policy, Threshold, count_tokens
+from ctxhub.governance import Policy, Threshold, count_tokens, govern
 from ctxhub.governance.compact import (
     MARKER,
     compact,
@@ -241,6 +241,35 @@ def test_engine_invariants_hold_on_compacted_output(
     assert_history_invariants(history, out, pins)
     assert summary_count(out) <= 1
     assert compacted.report.tokens_after == count_tokens(out, model=MODEL)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories(), policy=policies(), data=st.data())
+def test_a_compaction_reports_what_the_next_request_carries_before_and_after(
+    history: list[ModelMessage], policy: Policy, data: st.DataObject
+) -> None:
+    keep = data.draw(
+        st.sampled_from(
+            [None, Threshold(kind="messages", value=3), Threshold(kind="tokens", value=200)]
+        )
+    )
+    compacted = asyncio.run(compact(history, policy, summarizer=EXTRACTIVE, model=MODEL, keep=keep))
+    report = compacted.report
+    before = govern(history, policy, model=MODEL).tokens_after
+    after = govern(compacted.messages, policy, model=MODEL).tokens_after
+    assert (report.sent_before, report.sent_after) == (before, after)
+
+
+async def test_a_compaction_lands_at_the_low_water_mark() -> None:
+    # A long session the hysteresis would cut anyway: the summary and what stays verbatim
+    # fit the low-water mark, leaving the next requests room before the next action.
+    session = _session()
+    policy = Policy(context_window=12_000, reserved_output_tokens=0)
+    compacted = await compact(session, policy, summarizer=EXTRACTIVE, model=MODEL)
+    report = compacted.report
+    assert report.outcome == "summarized", report.error
+    aim = policy.history_budget(12_000) * policy.hysteresis.low_water
+    assert report.sent_after <= aim < report.sent_before
 
 
 async def test_the_newest_user_message_is_kept_cut_rather_than_an_older_one() -> None:

@@ -1,0 +1,92 @@
+"""Keeps and triggers as users of peer libraries configure them.
+
+pydantic-ai-harness's sliding window, summarization-pydantic-ai and LangChain's summarization
+middleware all count the current request in a keep and measure the whole context for a token
+or fraction trigger. These are their scenarios, stated as a user of those libraries would.
+"""
+
+from __future__ import annotations
+
+from engine_builders import MODEL, _off, _tight
+from pydantic_ai.messages import ModelMessage
+
+from ctxhub.governance import count_tokens, govern
+from ctxhub.governance.steps.window import notice_omitted
+from tests.messages import reply, user, words
+
+
+def _chat(turns: int) -> list[ModelMessage]:
+    """``turns`` exchanges of a question and an answer, then the next question."""
+    history: list[ModelMessage] = []
+    for turn in range(turns):
+        history += [user(f"question {turn}"), reply(f"answer {turn}")]
+    history.append(user("the question now"))
+    return history
+
+
+def _window(**window: object) -> dict[str, object]:
+    return _off(window={"enabled": True, "keep_head": False, **window})
+
+
+def _conversation(messages: list[ModelMessage]) -> list[ModelMessage]:
+    """The messages sent but the window's notice."""
+    return [m for m in messages if notice_omitted(m) is None]
+
+
+def test_a_keep_of_n_messages_sends_the_last_n_the_current_request_among_them() -> None:
+    history = _chat(20)
+    policy = _tight(
+        1_000_000,
+        **_window(
+            triggers=[{"kind": "messages", "value": 10}], keep={"kind": "messages", "value": 6}
+        ),
+    )
+    governed = govern(history, policy, model=MODEL)
+    assert _conversation(governed.messages) == history[-6:]
+
+
+def test_a_message_trigger_counts_every_message_sent() -> None:
+    policy = _tight(
+        1_000_000,
+        **_window(
+            triggers=[{"kind": "messages", "value": 10}], keep={"kind": "messages", "value": 4}
+        ),
+    )
+    # Eleven messages fire a trigger of ten; ten do not.
+    assert len(govern(_chat(5), policy, model=MODEL).messages) < 11
+    assert govern(_chat(4)[:10], policy, model=MODEL).messages == _chat(4)[:10]
+
+
+def test_a_fraction_trigger_fires_on_the_whole_context() -> None:
+    # The system prompt alone takes most of the trigger's share of the window: counted, it
+    # makes a short conversation fire.
+    history = _chat(6)
+    history[0] = user("question 0", system=words(3_000, "rule"))
+    policy = _tight(
+        10_000,
+        **_window(
+            keep_head=True,
+            triggers=[{"kind": "fraction", "value": 0.3}],
+            keep={"kind": "messages", "value": 4},
+        ),
+    )
+    conversation = count_tokens(history[1:], model=MODEL)
+    assert conversation < 3_000 < count_tokens(history, model=MODEL)
+    governed = govern(history, policy, model=MODEL)
+    assert "window" in [step.step for step in governed.report.steps]
+    assert governed.messages[0] is history[0]  # the system prompt stays
+    assert _conversation(governed.messages)[-4:] == history[-4:]
+
+
+def test_a_token_keep_counts_the_current_request() -> None:
+    history = _chat(10)
+    history[-1] = user(words(150, "now"))
+    keep = count_tokens(history[-3:], model=MODEL)
+    policy = _tight(
+        1_000_000,
+        **_window(
+            triggers=[{"kind": "messages", "value": 10}], keep={"kind": "tokens", "value": keep}
+        ),
+    )
+    governed = govern(history, policy, model=MODEL)
+    assert _conversation(governed.messages) == history[-3:]

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from histories import HistoryGenerator, history, texts
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from ctxhub.governance import Policy, govern
+from ctxhub.governance import Governor, Policy, govern
 from ctxhub.governance.counting import MessageFacts, message_facts
 from ctxhub.governance.tokens import load_encoding, tokenizer_for
 
@@ -83,7 +83,7 @@ class _PairRepairClock:
     """Time spent in pair repair (``normalize``) during one ``govern`` call, read per turn."""
 
     def __init__(self) -> None:
-        self.module: Any = importlib.import_module("ctxhub.governance.govern")
+        self.module: Any = importlib.import_module("ctxhub.governance.pipeline")
         self.normalize: Callable[..., Any] = self.module.normalize
         self.seconds = 0.0
 
@@ -122,7 +122,9 @@ class _Loop:
         self.facts: list[MessageFacts] | None = None
         if mode == "stored":
             self.facts = [_stored(m, self.tokenizer) for m in self.messages]
-        govern(self.messages, POLICY, model=MODEL, facts=self.facts)  # the cold call paid once
+        # One Governor per history, as an agent run or a stored session has.
+        self.governor = Governor(POLICY, model=MODEL)
+        self.governor.govern(self.messages, facts=self.facts)  # the cold call paid once
         self.encoding = load_encoding("o200k_base")
         self.governed: Any = None
 
@@ -148,7 +150,7 @@ class _Loop:
         self.governed = None
         clock.seconds = 0.0
         start = time.perf_counter()
-        self.governed = govern(self.messages, POLICY, model=MODEL, facts=self.facts)
+        self.governed = self.governor.govern(self.messages, facts=self.facts)
         if self.mode == "report":
             self.governed.report  # noqa: B018 - built lazily, as a dashboard reads it
         return time.perf_counter() - start, clock.seconds, raw
@@ -157,7 +159,7 @@ class _Loop:
 def _alongside(n: int, mode: str, turns: int) -> dict[int, list[tuple[float, float, float]]]:
     """Per-turn timings of an ``n``-message history and a ``BASELINE`` one grown side by side:
     blocks of ``BLOCK`` turns in alternation, so a slow minute of a shared machine weighs on
-    both (two histories are what governance remembers at once: ``govern._KEEP_LAST``)."""
+    both (each history has its own Governor)."""
     loops = {size: _Loop(size, mode) for size in dict.fromkeys((BASELINE, n))}
     timings: dict[int, list[tuple[float, float, float]]] = {size: [] for size in loops}
     # The histories as built are left out of garbage collection, so neither size pays for

@@ -13,6 +13,7 @@ from .capability import ContextGovernor
 from .counting import count_tokens
 from .governed import Acted, Governed, tool_definition_tokens
 from .governor import Governor, GovernorState, govern
+from .names import Action, Zone
 from .policy import (
     CompactionPolicy,
     Eviction,
@@ -23,7 +24,7 @@ from .policy import (
     Truncation,
     Window,
 )
-from .report import Action, ContextReport, MessageReport, PartReport, StepReport, Zone
+from .report import ContextReport, MessageReport, PartReport, StepReport
 from .store import EvictionStore, InMemoryEvictionStore, read_evicted
 
 __all__ = [

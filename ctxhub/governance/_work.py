@@ -18,11 +18,11 @@ from typing import Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from .carry import Carry, base_counts
+from .carried import Carry, base_counts
 from .counting import MessageFacts, message_cache, message_tokens
+from .names import StepName
 from .parts import PartState, Transform, rebuilt
 from .policy import Policy
-from .report import StepName
 from .steps.cap import cap_key, governed_version, smallest_cap
 from .tokens import MESSAGE_OVERHEAD, Tokenizer
 

@@ -13,7 +13,8 @@ from pydantic_core import to_json
 
 from ._work import Work
 from .counting import MessageFacts
-from .report import ContextReport, Detail, PartTotals, ReportCache, StepName, build_report
+from .names import Detail, StepName
+from .report import ContextReport, PartTotals, ReportCache, build_report
 from .steps.normalize import Normalized
 from .tokens import Tokenizer
 

@@ -9,10 +9,10 @@ from typing import Any, cast
 
 from pydantic_ai.messages import ModelMessage, ToolCallPart, ToolReturnPart
 
-from .counting import MARK, Part, message_cache
+from .counting import MARK, Part, cached_part_tokens, message_cache, part_cache
+from .names import Action, StepName
 from .policy import Truncation
-from .report import Action, StepName
-from .tokens import as_text
+from .tokens import Tokenizer, as_text
 
 
 @dataclass(slots=True)
@@ -123,3 +123,21 @@ def mark_metadata(part: Part, note: dict[str, Any]) -> dict[str, Any]:
     base = dict(metadata) if isinstance(metadata, dict) else {}
     base[MARK] = note
     return base
+
+
+def placeholder(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | None:
+    """The masked version of a tool result."""
+    output = plain_output(part)
+    if output is None:
+        return None
+    values = part_cache(output)
+    key = ("mask", tokenizer.encoding_name, tokens)
+    if key in values:
+        cached: Transform | None = values[key]
+        return cached
+    text = f"[result masked — ~{tokens} tokens removed]"
+    new = with_content(output, text, {"masked": tokens})
+    count = cached_part_tokens(new, tokenizer)
+    result = None if count >= tokens else Transform(new, count, "masked", "mask")
+    values[key] = result
+    return result

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage
 
 from ._work import Landmarks, Messages, Work
-from .carry import Carry, carry_of, over_with_caps, seed
+from .carried import Carry
+from .carry import carry_of, over_with_caps, seed
 from .counting import MessageFacts
 from .governed import Acted, Governed, ToolDefinitions, tool_definition_tokens
 from .landmarks import current_turn, duplicates, landmarks
+from .names import Detail, StepName
 from .policy import Policy
 from .prepare import Prepared, WorkCache, newest_ids, prepare, prepare_stored, truncated_above
-from .report import Detail, StepName
 from .steps.dedupe import dedupe
 from .steps.drop_groups import drop_groups
 from .steps.mask import mask, masked_count

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from .carry import Carry
+from .carried import Carry
 from .counting import MessageFacts, message_facts
 from .policy import Policy
 from .report import PartTotals, ReportCache

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -23,23 +23,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from .counting import MessageFacts, message_facts
+from .names import Action, Detail, StepName, Zone
 
 if TYPE_CHECKING:
-    # Types only: the working state imports this module's Action and StepName.
     from ._work import Work
     from .parts import PartState, Transform
     from .steps.normalize import Normalized
-
-Zone = Literal["head", "middle", "tail", "pinned"]
-Action = Literal[
-    "kept", "truncated", "masked", "deduplicated", "evicted", "dropped", "synthesized", "moved"
-]
-"""What happened to a part. ``moved``: a tool result that came later than the request after
-its call, which pair repair moved into that request; it is reported at both places, with its
-tokens where it now is and none where it was."""
-StepName = Literal[
-    "normalize", "evict", "truncate", "mask", "window", "drop_groups", "dedupe", "shrink"
-]
 
 
 class _Model(BaseModel):
@@ -116,9 +105,6 @@ class ContextReport(_Model):
 
 
 # --- building the report of one govern call --------------------------------------------------
-
-Detail = str | Callable[[], str]
-"""A step's detail for the report, or how to work it out when the report is built."""
 
 
 RepairedEntry = tuple[

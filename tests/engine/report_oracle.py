@@ -12,8 +12,9 @@ from pydantic_ai.messages import ModelMessage
 from ctxhub.governance import Governed
 from ctxhub.governance._work import Work
 from ctxhub.governance.counting import message_facts
+from ctxhub.governance.names import StepName
 from ctxhub.governance.parts import PartState
-from ctxhub.governance.report import ContextReport, MessageReport, PartReport, StepName
+from ctxhub.governance.report import ContextReport, MessageReport, PartReport
 
 
 def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str, Any]:

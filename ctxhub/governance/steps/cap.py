@@ -9,7 +9,7 @@ same history finds it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
@@ -19,6 +19,7 @@ from ..parts import (
     Transform,
     marked,
     measure,
+    placeholder,
     plain_call,
     plain_output,
     rebuilt,
@@ -26,13 +27,22 @@ from ..parts import (
     with_content,
 )
 from ..policy import Policy, Truncation
-from ..tokens import MESSAGE_OVERHEAD
+from ..tokens import MESSAGE_OVERHEAD, Tokenizer
 from .evict import eviction_ref, preview
-from .mask import placeholder
 from .truncate import truncate_args, truncate_text
 
-if TYPE_CHECKING:
-    from .._work import Work
+
+class Work(Protocol):
+    """What capping reads of a plan (the working state of ``ctxhub.governance._work``, which
+    calls into this module to govern a message)."""
+
+    policy: Policy
+    tokenizer: Tokenizer
+    turn_start: int
+    latest_prompt: int | None
+    token_ids: dict[int, tuple[str, list[int]]]
+
+    def exempt(self, position: int) -> bool: ...
 
 
 def governed_version(

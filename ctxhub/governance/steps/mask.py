@@ -11,33 +11,11 @@ from itertools import compress
 from operator import attrgetter, not_
 from typing import TYPE_CHECKING
 
-from ..counting import Part, cached_part_tokens, part_cache
-from ..parts import Transform, plain_output, with_content
-from ..tokens import Tokenizer
-
 if TYPE_CHECKING:
     from .._work import Work
 
 _MASKABLE = attrgetter("maskable")
 _TOOL_NAMES = attrgetter("tool_names")
-
-
-def placeholder(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | None:
-    """The masked version of a tool result."""
-    output = plain_output(part)
-    if output is None:
-        return None
-    values = part_cache(output)
-    key = ("mask", tokenizer.encoding_name, tokens)
-    if key in values:
-        cached: Transform | None = values[key]
-        return cached
-    text = f"[result masked — ~{tokens} tokens removed]"
-    new = with_content(output, text, {"masked": tokens})
-    count = cached_part_tokens(new, tokenizer)
-    result = None if count >= tokens else Transform(new, count, "masked", "mask")
-    values[key] = result
-    return result
 
 
 def _results(work: Work, wanted: int, *, backward: bool) -> list[tuple[int, int]]:

@@ -66,18 +66,13 @@ from .commands import (
     parse_command,
     run_command,
 )
-from .compact import (
-    Compacted,
-    CompactionPlan,
-    CompactionReport,
-    compact,
-    is_summary,
-    plan_compaction,
-)
+from .compact import Compacted, CompactionReport, compact
+from .compaction_plan import CompactionPlan, plan_compaction
 from .draft import SummaryDraft
 from .ledger import Ledger, LedgerItem, extract_ledger, reconcile
 from .llm import ModelChoice, is_offline, resolve_model
 from .recovery import OverflowRecovery, RecoveryEvent, is_context_overflow
+from .summaries import is_summary
 
 __all__ += [
     "Command",

@@ -27,9 +27,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import Model
 
-from .compact import Compacted, compact, is_summary
+from .compact import Compacted, compact
 from .counting import count_tokens, is_tool_result
 from .policy import Policy
+from .summaries import is_summary
 from .tokens import context_window, tokenizer_for
 
 CommandName = Literal["compact", "clear", "history"]

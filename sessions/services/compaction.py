@@ -20,9 +20,10 @@ from django.db import IntegrityError, transaction
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from ctxhub.governance import Policy, is_summary, plan_compaction
-from ctxhub.governance.compact import DEFAULT_SUMMARY_TOKENS, SUMMARY_PREFIX
 from ctxhub.governance.counting import MARK, message_facts
 from ctxhub.governance.policy import Threshold
+from ctxhub.governance.summaries import SUMMARY_PREFIX
+from ctxhub.governance.summarise import DEFAULT_SUMMARY_TOKENS
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import events
 from sessions.history import EffectiveHistory, effective_history, pinned_seqs

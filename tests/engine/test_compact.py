@@ -27,16 +27,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_properties import assert_history_invariants, histories, policies
 
 from ctxhub.governance import Policy, Threshold, count_tokens, govern
-from ctxhub.governance.compact import (
-    MARKER,
-    compact,
-    is_summary,
-    render_message,
-    summary_count,
-)
+from ctxhub.governance.compact import compact
 from ctxhub.governance.draft import SECTIONS, SummaryDraft
 from ctxhub.governance.ledger import FACTS_HEADING, contains
 from ctxhub.governance.steps.normalize import pairing_problems
+from ctxhub.governance.summaries import MARKER, is_summary, summary_count
+from ctxhub.governance.summarise import render_message
 from tests.messages import reply, tool_call, tool_result, user, words
 
 EXTRACTIVE = "offline:extractive"

@@ -17,8 +17,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ctxhub.governance import Threshold
-from ctxhub.governance.compact import compact, is_summary, transcript_text
+from ctxhub.governance.compact import compact
 from ctxhub.governance.draft import SummaryDraft
+from ctxhub.governance.summaries import is_summary
+from ctxhub.governance.summarise import transcript_text
 from tests.messages import reply, tool_call, tool_result, user, words
 
 TYPED = (

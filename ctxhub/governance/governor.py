@@ -23,61 +23,25 @@ from hashlib import blake2b
 from threading import Lock
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pydantic_ai.messages import ModelMessage
 
-from ._work import Work
-from .carry import seed
+from .actions import action_due, cheapest_action
+from .assemble import sent_tokens
 from .counting import MessageFacts
 from .governed import Acted, Governed, ToolDefinitions
 from .pipeline import (
     Setup,
-    Steps,
     act,
-    caps_steps,
-    dedupe_step,
     finish,
-    masked_step,
-    new_work,
-    sent_tokens,
     set_up,
 )
+from .plans import Plan, State, fresh_plan, plan_holds, plan_of, replay
 from .policy import LARGEST, Policy
 from .prepare import WorkCache
-from .steps.mask import mask
-from .steps.window import replay_window, triggered
 
 
-class _State(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Plan(_State):
-    """What the last action decided, in positions of the repaired history."""
-
-    turn_start: int = Field(ge=0, le=LARGEST)
-    """Outputs before this position are capped as older ones; later ones as the current
-    turn's, until the next action."""
-    head_end: int = Field(ge=-1, le=LARGEST)
-    cut: int | None = Field(default=None, ge=0, le=LARGEST)
-    """Where the kept tail starts; the window drops what lies between head and cut but the
-    ``spared`` positions. None: the window dropped nothing."""
-    spared: tuple[int, ...] = ()
-    omitted: int = Field(default=0, ge=0, le=LARGEST)
-    """The count the window's notice states."""
-    mask_span: tuple[int, int, int, int] | None = None
-    """First and last (position, part) of the masked results, inclusive."""
-    repeated: tuple[tuple[int, int, int, int], ...] = ()
-    """(position, part) of an older copy of an output and of its newest copy then."""
-    anchors: tuple[tuple[int, int | None], ...] = ()
-    """(position, input index) of the positions above: the history must still repair to
-    the same message there for the plan to hold."""
-    replayable: bool = True
-    """False when the action took a last resort (iteration groups dropped, outputs shrunk):
-    the next request acts again."""
-
-
-class GovernorState(_State):
+class GovernorState(State):
     """A Governor's decisions, as JSON (see ``Governor.state``)."""
 
     version: Literal[1] = 1
@@ -192,19 +156,19 @@ class Governor:
             return finish(setup, work, steps, self._cache, None)
         started = self._started(setup)
         plan = self._state.plan if started is None else None
-        if plan is None or not _holds(plan, setup):
+        if plan is None or not plan_holds(plan, setup):
             started = started or "edited"
-            plan = _fresh(setup)
+            plan = fresh_plan(setup)
         continued = started is None
         replayed, replay_steps = replay(setup, plan)
         now = sent_tokens(replayed)
         state = self._state
         growth = _growth(state, now) if continued else state.growth
-        due = _due(setup, replayed, hysteresis.high_water)
+        due = action_due(setup, replayed, hysteresis.high_water)
         if due is None:
             self._remember(setup, plan, now, growth, same_lineage=continued)
             return finish(setup, replayed, replay_steps, self._cache, started)
-        work, steps = _cheapest_action(setup, plan, replayed, growth)
+        work, steps = cheapest_action(setup, plan, replayed, growth)
         work.materialised |= replayed.materialised  # read to find the action due
         sent = sent_tokens(work)
         if due == "high_water" and continued and now - sent < hysteresis.min_reclaim_tokens:
@@ -284,172 +248,6 @@ def _growth(state: GovernorState, now: int) -> int:
     """The average growth per request, updated with this one's (recent requests weigh most)."""
     added = max(now - state.sent, 0)
     return added if state.growth == 0 else (3 * state.growth + added) // 4
-
-
-def _cheapest_action(setup: Setup, plan: Plan, replayed: Work, growth: int) -> tuple[Work, Steps]:
-    """The action that costs the session least per request until the next, each candidate
-    costed as a provider bills cached and written input: masking a batch of older results
-    alone, within the window as it stands (which keeps the request's prefix up to the first
-    result it masks), or moving the window too (which rewrites everything after the head, but
-    leaves more room before the next action). Only moving the window is sure to reach the
-    low-water mark; the others must at least get under the high-water mark."""
-    hysteresis = setup.policy.hysteresis
-    low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
-    full = act(setup, low)
-    if sent_tokens(full[0]) < low // 2 and any(name == "window" for name, _ in full[1]):
-        # The window stopped far below the mark, at a message too large for the room left:
-        # aiming at the high-water mark keeps the context that message and those after it
-        # carry, rather than a request of next to nothing.
-        full = act(setup, high)
-    candidates = [full]
-    if setup.policy.masking.enabled:
-        candidates.append(_remasked(setup, plan))
-        if plan.cut is not None:
-            candidates.append(act(setup, low, masked_enough=high))
-    fitting = [c for c in candidates[1:] if not c[0].exact_over(high)]
-    pace = max(growth, setup.budget // 100, 1)
-    chosen = min(
-        [full, *fitting],
-        key=lambda action: _cost_per_request(replayed, action[0], high, pace),
-    )
-    for work, _ in candidates:
-        chosen[0].materialised |= work.materialised  # read to weigh the candidates
-    return chosen
-
-
-def _remasked(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
-    """``plan`` with masking planned again over the messages its window keeps."""
-    probe = new_work(setup, setup.limit())
-    if plan.cut is not None:
-        replay_window(probe, plan.head_end, plan.cut, plan.spared, plan.omitted)
-    mask(probe)
-    if probe.mask_span is None or probe.mask_span == plan.mask_span:
-        return replay(setup, plan)
-    return replay(setup, plan.model_copy(update={"mask_span": probe.mask_span}))
-
-
-def _cost_per_request(before: Work, after: Work, high: int, pace: int) -> float:
-    """Cache-weighted input per request from this action to the next: the action's request
-    (its unchanged prefix read from the cache, the rest written), then requests growing by
-    ``pace`` until the high-water mark (each read from the cache but what it adds)."""
-    tokens = sent_tokens(after)
-    prefix = _unchanged_prefix(before, after)
-    following = max(high - tokens, 0) / pace
-    action = CACHE_WRITE * (tokens - prefix) + CACHE_READ * prefix
-    rest = following * (CACHE_READ * (tokens + high) / 2 + CACHE_WRITE * pace)
-    return (action + rest) / (following + 1)
-
-
-CACHE_READ, CACHE_WRITE = 0.1, 1.25
-"""What providers bill for cached input read and written, per input token (Anthropic's)."""
-
-
-def _unchanged_prefix(before: Work, after: Work) -> int:
-    """Tokens of the leading messages two plans of one history send alike."""
-    total = 0
-    kept_before, kept_after = before.kept, after.kept
-    for position in range(len(kept_after)):
-        notices = (
-            before.notice if before.notice_before == position else None,
-            after.notice if after.notice_before == position else None,
-        )
-        if notices != (None, None):
-            if notices[0] != notices[1]:
-                break
-            total += after.notice_tokens()
-        if kept_before[position] != kept_after[position]:
-            break
-        if kept_after[position]:
-            # None stands for the message as it is (not read: it may load on demand).
-            if before.messages[position] != after.messages[position]:
-                break
-            total += after.tokens[position]
-    return total
-
-
-def replay(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
-    """The request with ``plan``'s decisions: the new messages get only their caps."""
-    work = new_work(
-        setup,
-        setup.limit(),
-        turn_start=plan.turn_start,
-        repeated={(a, b): (c, d) for a, b, c, d in plan.repeated},
-    )
-    steps = caps_steps(setup)
-    if plan.mask_span is not None:
-        work.mask_span = plan.mask_span
-        steps.append(("mask", masked_step(work)))
-    seed(work)
-    if plan.cut is not None:
-        replay_window(work, plan.head_end, plan.cut, plan.spared, plan.omitted)
-        steps.append(("window", f"{plan.omitted} messages omitted"))
-    dedupe_step(work, steps)
-    return work, steps
-
-
-def plan_of(setup: Setup, work: Work, steps: Steps) -> Plan:
-    """The decisions of an action, to replay until the next."""
-    taken = {name for name, _ in steps}
-    cut: int | None = None
-    spared: list[int] = []
-    if work.notice is not None:
-        cut = work.tail_start
-        kept = work.kept
-        at = kept.find(1, work.head_end + 1, cut)
-        while at >= 0:
-            spared.append(at)
-            at = kept.find(1, at + 1, cut)
-    span = work.mask_span
-    repeated = tuple((*older, *newest) for older, newest in work.duplicates.items())
-    positions = {work.turn_start, work.head_end, *spared}
-    if cut is not None:
-        positions.update((cut - 1, cut))
-    if span is not None:
-        positions.update((span[0], span[2]))
-    index = setup.normalized.index
-    return Plan(
-        turn_start=work.turn_start,
-        head_end=work.head_end,
-        cut=cut,
-        spared=tuple(spared),
-        omitted=work.notice_omitted if cut is not None else 0,
-        mask_span=span,
-        repeated=repeated,
-        anchors=tuple((p, index[p]) for p in sorted(positions) if 0 <= p < len(index)),
-        replayable=not taken.intersection(("drop_groups", "shrink")),
-    )
-
-
-def _fresh(setup: Setup) -> Plan:
-    """The plan of a new start, which has no cached prefix to keep: the caps, older copies of
-    repeated outputs replaced, and masking if the policy masks always; nothing dropped."""
-    work = new_work(setup, setup.limit())
-    policy = setup.policy.masking
-    if policy.enabled and policy.apply == "always":
-        mask(work)
-    return plan_of(setup, work, [])
-
-
-def _holds(plan: Plan, setup: Setup) -> bool:
-    """Whether the repaired history still has the plan's messages where the plan put them."""
-    if not plan.replayable:
-        return False
-    index = setup.normalized.index
-    size = len(index)
-    if plan.turn_start > size or (plan.cut is not None and plan.cut > size):
-        return False
-    return all(p < size and index[p] == at for p, at in plan.anchors)
-
-
-def _due(setup: Setup, work: Work, high_water: float) -> Acted | None:
-    """Why the replayed request calls for an action, or None when it may go as it is."""
-    if work.exact_over(setup.limit()):
-        return "over_budget"
-    if work.exact_over(setup.limit(high_water)):
-        return "high_water"
-    if triggered(work):
-        return "trigger"
-    return None
 
 
 def _pinned(setup: Setup) -> tuple[int, ...]:

@@ -1,0 +1,109 @@
+"""When a Governor acts, and which action: the one that costs the session least, as providers
+bill cached and written input, over the requests until the next."""
+
+from __future__ import annotations
+
+from ._work import Work
+from .assemble import sent_tokens
+from .governed import Acted
+from .pipeline import (
+    Setup,
+    Steps,
+    act,
+    new_work,
+)
+from .plans import Plan, replay
+from .steps.mask import mask
+from .steps.window import replay_window, triggered
+
+
+def action_due(setup: Setup, work: Work, high_water: float) -> Acted | None:
+    """Why the replayed request calls for an action, or None when it may go as it is."""
+    if work.exact_over(setup.limit()):
+        return "over_budget"
+    if work.exact_over(setup.limit(high_water)):
+        return "high_water"
+    if triggered(work):
+        return "trigger"
+    return None
+
+
+def cheapest_action(setup: Setup, plan: Plan, replayed: Work, growth: int) -> tuple[Work, Steps]:
+    """The action that costs the session least per request until the next, each candidate
+    costed as a provider bills cached and written input: masking a batch of older results
+    alone, within the window as it stands (which keeps the request's prefix up to the first
+    result it masks), or moving the window too (which rewrites everything after the head, but
+    leaves more room before the next action). Only moving the window is sure to reach the
+    low-water mark; the others must at least get under the high-water mark."""
+    hysteresis = setup.policy.hysteresis
+    low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
+    full = act(setup, low)
+    if sent_tokens(full[0]) < low // 2 and any(name == "window" for name, _ in full[1]):
+        # The window stopped far below the mark, at a message too large for the room left:
+        # aiming at the high-water mark keeps the context that message and those after it
+        # carry, rather than a request of next to nothing.
+        full = act(setup, high)
+    candidates = [full]
+    if setup.policy.masking.enabled:
+        candidates.append(_remasked(setup, plan))
+        if plan.cut is not None:
+            candidates.append(act(setup, low, masked_enough=high))
+    fitting = [c for c in candidates[1:] if not c[0].exact_over(high)]
+    pace = max(growth, setup.budget // 100, 1)
+    chosen = min(
+        [full, *fitting],
+        key=lambda action: _cost_per_request(replayed, action[0], high, pace),
+    )
+    for work, _ in candidates:
+        chosen[0].materialised |= work.materialised  # read to weigh the candidates
+    return chosen
+
+
+def _remasked(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
+    """``plan`` with masking planned again over the messages its window keeps."""
+    probe = new_work(setup, setup.limit())
+    if plan.cut is not None:
+        replay_window(probe, plan.head_end, plan.cut, plan.spared, plan.omitted)
+    mask(probe)
+    if probe.mask_span is None or probe.mask_span == plan.mask_span:
+        return replay(setup, plan)
+    return replay(setup, plan.model_copy(update={"mask_span": probe.mask_span}))
+
+
+def _cost_per_request(before: Work, after: Work, high: int, pace: int) -> float:
+    """Cache-weighted input per request from this action to the next: the action's request
+    (its unchanged prefix read from the cache, the rest written), then requests growing by
+    ``pace`` until the high-water mark (each read from the cache but what it adds)."""
+    tokens = sent_tokens(after)
+    prefix = _unchanged_prefix(before, after)
+    following = max(high - tokens, 0) / pace
+    action = CACHE_WRITE * (tokens - prefix) + CACHE_READ * prefix
+    rest = following * (CACHE_READ * (tokens + high) / 2 + CACHE_WRITE * pace)
+    return (action + rest) / (following + 1)
+
+
+CACHE_READ, CACHE_WRITE = 0.1, 1.25
+"""What providers bill for cached input read and written, per input token (Anthropic's)."""
+
+
+def _unchanged_prefix(before: Work, after: Work) -> int:
+    """Tokens of the leading messages two plans of one history send alike."""
+    total = 0
+    kept_before, kept_after = before.kept, after.kept
+    for position in range(len(kept_after)):
+        notices = (
+            before.notice if before.notice_before == position else None,
+            after.notice if after.notice_before == position else None,
+        )
+        if notices != (None, None):
+            if notices[0] != notices[1]:
+                break
+            total += after.notice_tokens()
+        if kept_before[position] != kept_after[position]:
+            break
+        if kept_after[position]:
+            # None stands for the message as it is (not read: it may load on demand).
+            if before.messages[position] != after.messages[position]:
+                break
+            total += after.tokens[position]
+    return total

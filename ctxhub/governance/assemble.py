@@ -1,0 +1,78 @@
+"""A plan made into the request: every kept message governed, read in runs, and the window's
+notice put where it belongs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pydantic_ai.messages import ModelMessage
+
+from ._work import Messages, Work
+from .steps.normalize import Repaired
+
+
+def assemble(work: Work) -> list[ModelMessage]:
+    """The governed history: each kept position's governed message, and the window's notice.
+
+    The kept positions are a few runs (the head, sticky messages, the tail), found with
+    C-level searches of the kept flags, and each run is read in one pass that calls no Python
+    function per message, so this costs little more than the list it returns.
+    """
+    runs = _governed(work)
+    output: list[ModelMessage] = []
+    for start, end in runs:
+        governed = work.messages[start:end]
+        read, indices = _reader(work.base, start, end, governed)
+        # A position's base message is read only where it is sent as it is: a caller's
+        # history may load each message on demand.
+        output += [
+            read(index) if message is None else message  # type: ignore[arg-type]
+            for index, message in zip(indices, governed, strict=True)
+        ]
+    if work.notice is not None:
+        before = work.notice_before
+        at = len(output) if before is None else work.kept.count(1, 0, before)
+        output.insert(at, work.notice)
+    return output
+
+
+def sent_tokens(work: Work) -> int:
+    """Tokens of the messages a plan sends, every kept message governed (as ``assemble``
+    needs them): exact, whatever earlier calls carried over."""
+    _governed(work)
+    return work.total()
+
+
+def _governed(work: Work) -> list[tuple[int, int]]:
+    """Govern every kept position not governed yet; the runs of kept positions."""
+    known = work.known
+    runs = _runs(work.kept)
+    for start, end in runs:
+        position = known.find(0, start, end)
+        while position >= 0:
+            work.materialise(position)
+            position = known.find(0, position + 1, end)
+    return runs
+
+
+def _reader(
+    base: Messages, start: int, end: int, governed: list[ModelMessage | None]
+) -> tuple[Callable[[int], ModelMessage], Sequence[int | None]]:
+    """How to read the base messages of positions ``[start, end)``: a function and the index
+    to call it with at each position (see ``Repaired.reader``)."""
+    if isinstance(base, Repaired):
+        return base.reader(start, end, governed)
+    return base.__getitem__, range(start, end)
+
+
+def _runs(kept: bytearray) -> list[tuple[int, int]]:
+    """The runs of kept positions, as (first, last + 1)."""
+    runs = []
+    start = kept.find(1)
+    while start >= 0:
+        end = kept.find(0, start)
+        if end < 0:
+            end = len(kept)
+        runs.append((start, end))
+        start = kept.find(1, end)
+    return runs

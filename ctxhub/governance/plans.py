@@ -1,0 +1,126 @@
+"""What a Governor's action decided, in positions of the repaired history, and how a later
+request replays it: the same window cut and notice, the same masked results, the same outputs
+counted as older, the same repeated outputs referenced."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._work import Work
+from .carry import seed
+from .pipeline import (
+    Setup,
+    Steps,
+    caps_steps,
+    dedupe_step,
+    masked_step,
+    new_work,
+)
+from .policy import LARGEST
+from .steps.mask import mask
+from .steps.window import replay_window
+
+
+class State(BaseModel):
+    """Plain data a Governor keeps: JSON in, JSON out, nothing else accepted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Plan(State):
+    """What the last action decided, in positions of the repaired history."""
+
+    turn_start: int = Field(ge=0, le=LARGEST)
+    """Outputs before this position are capped as older ones; later ones as the current
+    turn's, until the next action."""
+    head_end: int = Field(ge=-1, le=LARGEST)
+    cut: int | None = Field(default=None, ge=0, le=LARGEST)
+    """Where the kept tail starts; the window drops what lies between head and cut but the
+    ``spared`` positions. None: the window dropped nothing."""
+    spared: tuple[int, ...] = ()
+    omitted: int = Field(default=0, ge=0, le=LARGEST)
+    """The count the window's notice states."""
+    mask_span: tuple[int, int, int, int] | None = None
+    """First and last (position, part) of the masked results, inclusive."""
+    repeated: tuple[tuple[int, int, int, int], ...] = ()
+    """(position, part) of an older copy of an output and of its newest copy then."""
+    anchors: tuple[tuple[int, int | None], ...] = ()
+    """(position, input index) of the positions above: the history must still repair to
+    the same message there for the plan to hold."""
+    replayable: bool = True
+    """False when the action took a last resort (iteration groups dropped, outputs shrunk):
+    the next request acts again."""
+
+
+def replay(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
+    """The request with ``plan``'s decisions: the new messages get only their caps."""
+    work = new_work(
+        setup,
+        setup.limit(),
+        turn_start=plan.turn_start,
+        repeated={(a, b): (c, d) for a, b, c, d in plan.repeated},
+    )
+    steps = caps_steps(setup)
+    if plan.mask_span is not None:
+        work.mask_span = plan.mask_span
+        steps.append(("mask", masked_step(work)))
+    seed(work)
+    if plan.cut is not None:
+        replay_window(work, plan.head_end, plan.cut, plan.spared, plan.omitted)
+        steps.append(("window", f"{plan.omitted} messages omitted"))
+    dedupe_step(work, steps)
+    return work, steps
+
+
+def plan_of(setup: Setup, work: Work, steps: Steps) -> Plan:
+    """The decisions of an action, to replay until the next."""
+    taken = {name for name, _ in steps}
+    cut: int | None = None
+    spared: list[int] = []
+    if work.notice is not None:
+        cut = work.tail_start
+        kept = work.kept
+        at = kept.find(1, work.head_end + 1, cut)
+        while at >= 0:
+            spared.append(at)
+            at = kept.find(1, at + 1, cut)
+    span = work.mask_span
+    repeated = tuple((*older, *newest) for older, newest in work.duplicates.items())
+    positions = {work.turn_start, work.head_end, *spared}
+    if cut is not None:
+        positions.update((cut - 1, cut))
+    if span is not None:
+        positions.update((span[0], span[2]))
+    index = setup.normalized.index
+    return Plan(
+        turn_start=work.turn_start,
+        head_end=work.head_end,
+        cut=cut,
+        spared=tuple(spared),
+        omitted=work.notice_omitted if cut is not None else 0,
+        mask_span=span,
+        repeated=repeated,
+        anchors=tuple((p, index[p]) for p in sorted(positions) if 0 <= p < len(index)),
+        replayable=not taken.intersection(("drop_groups", "shrink")),
+    )
+
+
+def fresh_plan(setup: Setup) -> Plan:
+    """The plan of a new start, which has no cached prefix to keep: the caps, older copies of
+    repeated outputs replaced, and masking if the policy masks always; nothing dropped."""
+    work = new_work(setup, setup.limit())
+    policy = setup.policy.masking
+    if policy.enabled and policy.apply == "always":
+        mask(work)
+    return plan_of(setup, work, [])
+
+
+def plan_holds(plan: Plan, setup: Setup) -> bool:
+    """Whether the repaired history still has the plan's messages where the plan put them."""
+    if not plan.replayable:
+        return False
+    index = setup.normalized.index
+    size = len(index)
+    if plan.turn_start > size or (plan.cut is not None and plan.cut > size):
+        return False
+    return all(p < size and index[p] == at for p, at in plan.anchors)

@@ -32,12 +32,9 @@ the paths the agent acted on; among the rest, and if need be among those, lower-
 (names, then numbers, errors, commands …) go before higher ones, older before newer.
 """
 
-from __future__ import annotations
-
 import re
-from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from pydantic_ai.messages import (
@@ -49,289 +46,25 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from .fact_finders import (
+    commands_in,
+    errors_in,
+    identifiers_in,
+    names_in,
+    numbers_in,
+    paths_in,
+    urls_in,
+)
+from .fact_patterns import (
+    COMMAND_ARGS,
+    FACT_LINE,
+    FACTS_HEADING,
+    KINDS,
+    PATH_ARG_SUFFIXES,
+    PATH_ARGS,
+    Kind,
+)
 from .tokens import as_text
-
-Kind = Literal["path", "url", "identifier", "command", "error", "number", "name"]
-KINDS: tuple[Kind, ...] = ("path", "url", "identifier", "command", "error", "number", "name")
-
-FACTS_HEADING = "## Facts kept verbatim"
-"""Heading of the section ``reconcile`` appends; parsed back when a summary is summarised."""
-
-
-_FILE_EXTENSIONS = (
-    "py|pyi|pyx|js|mjs|cjs|ts|tsx|jsx|vue|svelte|md|mdx|rst|txt|json|jsonl|toml|yaml|yml|ini|"
-    "cfg|conf|sql|sh|bash|zsh|ps1|bat|rs|go|java|kt|kts|scala|swift|dart|lua|c|h|cc|cpp|hpp|cs|"
-    "rb|gemspec|php|html|htm|css|scss|lock|csv|tsv|xml|ipynb|proto|graphql|gql|prisma|tf|"
-    "tfvars|hcl|nix|gradle|properties|plist|mk|j2|jinja|dockerfile|env|log|pem|crt|patch|diff|"
-    "db|sqlite|sqlite3|parquet|pkl|whl|jar|zip|gz|tgz|png|jpg|jpeg|gif|svg|pdf|bak|orig"
-)
-_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+")
-_PATH_ROOTED = re.compile(r"(?<![\w/:.@-])(?:~|\.{1,2})?(?:/[\w.@+-]+)+/?")
-_PATH_RELATIVE = re.compile(r"(?<![\w/:.@-])[\w.@+-]+(?:/[\w.@+-]+)+/?")
-_PATH_BARE = re.compile(rf"(?<![\w/.@-])[\w-]+(?:\.[\w-]+)*\.(?:{_FILE_EXTENSIONS})\b", re.I)
-_PATH_WINDOWS = re.compile(r"(?<![\w/\\])[A-Za-z]:[\\/](?:[\w.@+-]+[\\/]?)*")
-_KNOWN_FILES = (
-    "Makefile|makefile|GNUmakefile|Dockerfile|Containerfile|Jenkinsfile|Vagrantfile|Procfile|"
-    "Gemfile|Rakefile|Brewfile|Podfile|Pipfile|Justfile|justfile|Caddyfile|Tiltfile|Earthfile|"
-    "Snakefile|Guardfile|Berksfile|Dangerfile|Fastfile|Taskfile|Doxyfile|README|LICENSE|LICENCE|"
-    "COPYING|CHANGELOG|CODEOWNERS"
-)
-_PATH_NAMED = re.compile(rf"(?<![\w/.@-])(?:{_KNOWN_FILES})(?:\.[\w-]+)*(?![\w/-])")
-_PATH_DOTFILE = re.compile(r"(?<![\w/.@~\\-])\.[a-z][\w-]*(?:\.[\w-]+)*(?![\w/-])")
-_EXTENSION_NAMES = frozenset(_FILE_EXTENSIONS.split("|")) - {"env"}
-_BACKTICK = re.compile(r"`([^`\n]{2,120})`")
-_SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
-_CAMEL = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b")
-_HEX = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b")
-_UUID = re.compile(
-    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
-)
-_TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d+\b|(?<![\w&])#\d+\b")
-_CODED = re.compile(
-    # A token mixing letters and digits (checked by ``_coded``): a host or service name
-    # (db-west-3, us-east-1, db-7.internal:5432), a ticket (CVE-2024-3094), a version (v2.3.1,
-    # go1.22) or an image tag (redis:7-alpine); or a version starting with its number (1.4.0-rc2).
-    r"(?<![\w.@/:=+-])(?=[\w.:+-]*\d)"
-    r"(?:[A-Za-z][A-Za-z0-9]*(?:[._+-][A-Za-z0-9]+)*(?::[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*)?"
-    r"|\d+(?:\.\d+)+(?:[-+][A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*|[a-z]+\d*))"
-    r"(?![\w@/]|[.:+-][A-Za-z0-9])"
-)
-_SOFTWARE = (
-    "python|node|nodejs|deno|bun|java|jdk|go|golang|ruby|rust|php|perl|dotnet|typescript|"
-    "postgres|postgresql|mysql|mariadb|redis|mongodb|mongo|sqlite|elasticsearch|kafka|nginx|"
-    "django|flask|fastapi|rails|react|vue|angular|nextjs|celery|pydantic|numpy|pandas|"
-    "kubernetes|k8s|helm|terraform|docker|ubuntu|debian|alpine|centos|rhel|fedora|macos|ios|"
-    "android|windows|gcc|clang|llvm|cuda|openssl"
-)
-_VERSIONED = re.compile(
-    # A product and its version: python 3.12, Postgres 16.2, node 20, Ubuntu 22.04.
-    rf"(?<![\w.-])(?=[A-Za-z0-9]+[ \t]+v?\d)(?:(?i:{_SOFTWARE})[ \t]+v?\d+(?:\.\d+)*"
-    r"|[A-Z][a-z][A-Za-z]*[ \t]+v?\d+(?:\.\d+)+)(?:[-+]?[A-Za-z][A-Za-z0-9]*)?(?![\w-]|\.\d)"
-)
-_ASSIGNMENT = re.compile(
-    r"(?<![\w.$/])-{0,2}[A-Za-z_][\w.-]*=(?:\"[^\"\n]{0,80}\"|'[^'\n]{0,80}'|[^\s,;'\"`()\[\]{}<>]+)"
-)
-_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
-_DOMAIN = re.compile(
-    r"(?<![\w.@/-])(?:localhost|[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
-    r"\.(?:com|org|net|io|dev|cloud|internal|local|localdomain|lan|corp|intra|svc|eu|uk|de))"
-    r"(?::\d+)?(?![\w-]|\.\w)"
-)
-_ENVIRONMENT = re.compile(
-    # Always an environment: production, staging and their short forms.
-    r"(?<![\w-])(?:production|staging|prod|preprod|pre-prod|preproduction|pre-production|stg|uat)"
-    r"(?![\w-])",
-    re.I,
-)
-_ENVIRONMENT_STATED = re.compile(
-    # A word that is an environment only when said to be one: "the dev cluster", "env: qa".
-    r"(?<![\w-])(?:dev|development|test|testing|qa|sandbox|demo|local|canary|integration|perf|"
-    r"beta|preview|live)[ \t]+(?:env|envs|environment|environments|cluster|server|servers|"
-    r"instance|stack|tier|namespace|deployment|database|db)(?![\w-])"
-    r"|(?<![\w-])(?:env|environment)[ \t]*:[ \t]*[A-Za-z][\w-]*",
-    re.I,
-)
-_ENVIRONMENT_TARGET = re.compile(
-    # "deploy to qa", "run it on dev": a short environment name after a preposition.
-    r"\b(?:to|on|in|into|from)[ \t]+(?:the[ \t]+)?(dev|qa|sandbox|canary)(?![\w-])",
-    re.I,
-)
-_NUMBER = re.compile(
-    r"(?<![\w.$/-])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w/-])|"
-    r"(?<![\w.$/-])[$€£]?\d+(?:[.,:]\d+)*(?:\s?(?:%|ms|s|KB|MB|GB|TB|k|tokens|px|USD|EUR))?(?![\w/])"
-)
-_QUOTED = re.compile(r"\"([^\"\n]{1,80})\"|(?<!\w)'([^'\n]{2,80})'(?!\w)")
-_PROMPT_COMMAND = re.compile(r"^\s*\$\s+(\S.{0,200})$", re.M)
-_ERROR_LINE = re.compile(
-    r"(?:\b[A-Z]\w*(?:Error|Exception|Failure)\b(?::|$)|\berror(?:\[\w+\])?:|\bFAILED\b|"
-    r"\bfatal:|\bpanic:|\bTraceback \(most recent call last\))"
-)
-_FACT_LINE = re.compile(rf"^- ({'|'.join(KINDS)}): (.+)$")
-_WORD = re.compile(r"[A-Za-z][\w'-]*")
-
-_COMMANDS = frozenset(
-    [
-        "git",
-        "python",
-        "python3",
-        "pip",
-        "pip3",
-        "uv",
-        "uvx",
-        "pytest",
-        "npm",
-        "npx",
-        "yarn",
-        "pnpm",
-        "node",
-        "deno",
-        "bun",
-        "make",
-        "cmake",
-        "docker",
-        "docker-compose",
-        "kubectl",
-        "helm",
-        "cargo",
-        "rustc",
-        "go",
-        "curl",
-        "wget",
-        "ls",
-        "cd",
-        "cat",
-        "grep",
-        "rg",
-        "sed",
-        "awk",
-        "bash",
-        "sh",
-        "zsh",
-        "ruff",
-        "mypy",
-        "black",
-        "isort",
-        "psql",
-        "mysql",
-        "redis-cli",
-        "celery",
-        "brew",
-        "apt",
-        "apt-get",
-        "ssh",
-        "scp",
-        "rsync",
-        "tar",
-        "chmod",
-        "chown",
-        "mkdir",
-        "rm",
-        "mv",
-        "cp",
-        "touch",
-        "find",
-        "export",
-        "source",
-        "terraform",
-        "gh",
-        "java",
-        "mvn",
-        "gradle",
-        "dotnet",
-    ]
-)
-_COMMAND_ARGS = frozenset({"command", "cmd", "script", "shell", "commandline", "command_line"})
-_PATH_ARGS = frozenset(
-    {
-        "path",
-        "paths",
-        "file",
-        "files",
-        "filename",
-        "filenames",
-        "file_path",
-        "filepath",
-        "dir",
-        "dirs",
-        "directory",
-        "directories",
-        "folder",
-        "target",
-        "src",
-        "dst",
-        "source",
-        "destination",
-        "dest",
-        "cwd",
-        "workdir",
-        "working_dir",
-        "root",
-    }
-)
-_PATH_ARG_SUFFIXES = ("path", "paths", "file", "files", "filename", "filenames", "dir", "dirs")
-_NAME_STOPWORDS = frozenset(
-    [
-        "I",
-        "I'm",
-        "I've",
-        "I'll",
-        "I'd",
-        "A",
-        "An",
-        "The",
-        "This",
-        "That",
-        "These",
-        "Those",
-        "It",
-        "Its",
-        "If",
-        "In",
-        "On",
-        "At",
-        "For",
-        "From",
-        "To",
-        "And",
-        "Or",
-        "But",
-        "So",
-        "Then",
-        "Also",
-        "Please",
-        "Can",
-        "Could",
-        "Would",
-        "Should",
-        "Will",
-        "We",
-        "You",
-        "He",
-        "She",
-        "They",
-        "My",
-        "Our",
-        "Your",
-        "Let",
-        "Make",
-        "Use",
-        "Do",
-        "Don't",
-        "Not",
-        "No",
-        "Yes",
-        "OK",
-        "Okay",
-        "Is",
-        "Are",
-        "Was",
-        "Were",
-        "Be",
-        "What",
-        "Why",
-        "How",
-        "When",
-        "Where",
-        "Which",
-        "Who",
-        "Here",
-        "There",
-        "Now",
-        "Just",
-        "Only",
-        "After",
-        "Before",
-        "Next",
-        "First",
-        "Last",
-        "Thanks",
-        "Thank",
-        "Hi",
-        "Hello",
-        "Hey",
-    ]
-)
-_SENTENCE_END = re.compile(r"[.!?:;]\s+|\n+")
 
 
 class LedgerItem(BaseModel):
@@ -370,186 +103,6 @@ class Reconciled(BaseModel):
     text: str
     kept_by_summarizer: list[LedgerItem]
     added_by_ledger: list[LedgerItem]
-
-
-def _clean(text: str) -> str:
-    return text.strip().rstrip(".,;:!?)\"'`")
-
-
-def _is_path(candidate: str) -> bool:
-    """A slash-separated token is a path when it is rooted, has an extension or is deep."""
-    if not any(c.isalpha() for c in candidate) or "//" in candidate:
-        return False
-    if candidate.startswith(("/", "./", "../", "~/")):
-        return len(candidate) > 2
-    last = candidate.rstrip("/").rsplit("/", 1)[-1]
-    return "." in last.strip(".") or candidate.count("/") >= 2
-
-
-def _path_spans(text: str) -> list[tuple[int, int, str]]:
-    """File paths in a text with where they are (start, end, cleaned path); a path inside a
-    longer one (``app.py`` of ``C:\\src\\app.py``) is not another path."""
-    return _outermost(_path_candidates(text))
-
-
-def _outermost(spans: Iterable[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """The spans inside no other one, in order of position (of identical spans, the first)."""
-    kept: list[tuple[int, int, str]] = []
-    reach = -1
-    for start, end, text in sorted(spans, key=lambda span: (span[0], -span[1])):
-        if end > reach:
-            kept.append((start, end, text))
-            reach = end
-    return kept
-
-
-def _outside(
-    spans: Iterable[tuple[int, int, str]], taken: Iterable[tuple[int, int]]
-) -> Iterator[tuple[int, int, str]]:
-    """The spans not inside a ``taken`` one."""
-    merged: list[list[int]] = []
-    for start, end in sorted(taken):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    starts = [start for start, _ in merged]
-    for span in spans:
-        at = bisect_right(starts, span[0]) - 1
-        if at < 0 or merged[at][1] < span[1]:
-            yield span
-
-
-def _path_candidates(text: str) -> Iterator[tuple[int, int, str]]:
-    urls = [m.span() for m in _URL.finditer(text)]
-
-    def in_url(span: tuple[int, int]) -> bool:
-        return any(start <= span[0] < end for start, end in urls)
-
-    for pattern in (_PATH_ROOTED, _PATH_RELATIVE, _PATH_WINDOWS, _PATH_BARE, _PATH_NAMED):
-        for match in pattern.finditer(text):
-            candidate = _clean(match.group())
-            if in_url(match.span()):
-                continue
-            if pattern is _PATH_WINDOWS:
-                if len(candidate) <= 3:
-                    continue
-            elif pattern not in (_PATH_BARE, _PATH_NAMED) and not _is_path(candidate):
-                continue
-            yield match.start(), match.start() + len(candidate), candidate
-    for match in _PATH_DOTFILE.finditer(text):
-        candidate = _clean(match.group())
-        extension = candidate[1:].lower() in _EXTENSION_NAMES
-        if len(candidate) > 2 and not extension and not in_url(match.span()):
-            yield match.start(), match.start() + len(candidate), candidate
-
-
-def paths_in(text: str) -> Iterator[str]:
-    """File paths in a text: rooted, relative, Windows, bare file names with a known extension,
-    well-known extensionless files (``Makefile``, ``LICENSE``) and dotfiles (``.env``)."""
-    for _, _, path in _path_spans(text):
-        yield path
-
-
-def urls_in(text: str) -> Iterator[str]:
-    """URLs in a text, trailing punctuation removed."""
-    for match in _URL.finditer(text):
-        yield match.group().rstrip(".,;:!?")
-
-
-def _is_command(span: str) -> bool:
-    first = span.split(maxsplit=1)[0] if span.split() else ""
-    return first in _COMMANDS or first.startswith("./")
-
-
-def commands_in(text: str) -> Iterator[str]:
-    """Shell commands: backticked spans starting with a known program, and ``$ …`` lines."""
-    for match in _BACKTICK.finditer(text):
-        if _is_command(match.group(1).strip()):
-            yield match.group(1).strip()
-    for match in _PROMPT_COMMAND.finditer(text):
-        yield match.group(1).strip()
-
-
-def _coded(token: str) -> bool:
-    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
-
-
-def identifiers_in(text: str, *, prose: bool) -> Iterator[str]:
-    """Identifiers: backticked spans and, in prose, what people type in passing (snake_case,
-    CamelCase, hashes, UUIDs, tickets, hosts, domains, e-mails, versions, settings and
-    environments). Each once and whole: a match inside a longer one, a URL or a path is not
-    another identifier."""
-    found: list[tuple[int, int, str]] = []
-    for match in _BACKTICK.finditer(text):
-        span = match.group(1).strip()
-        if span and not _is_command(span) and "\n" not in span:
-            found.append((match.start(1), match.end(1), span))
-    if prose:
-        taken = [m.span() for m in _URL.finditer(text)]
-        taken += [(start, end) for start, end, _ in _path_spans(text)]
-        found.extend(_outside(_prose_identifiers(text), taken))
-    for _, _, candidate in _outermost(found):
-        yield candidate
-
-
-def _prose_identifiers(text: str) -> Iterator[tuple[int, int, str]]:
-    for pattern in (_UUID, _HEX, _TICKET, _SNAKE, _CAMEL, _EMAIL, _DOMAIN, _ENVIRONMENT):
-        for match in pattern.finditer(text):
-            yield match.start(), match.end(), match.group()
-    for match in _CODED.finditer(text):
-        if _coded(match.group()):
-            yield match.start(), match.end(), match.group()
-    for match in _VERSIONED.finditer(text):
-        if match.group().split()[0] not in _NAME_STOPWORDS:
-            yield match.start(), match.end(), match.group()
-    for match in _ASSIGNMENT.finditer(text):
-        value = _clean(match.group())
-        if not value.endswith("="):
-            yield match.start(), match.start() + len(value), value
-    for match in _ENVIRONMENT_STATED.finditer(text):
-        yield match.start(), match.end(), match.group()
-    for match in _ENVIRONMENT_TARGET.finditer(text):
-        yield match.start(1), match.end(1), match.group(1)
-
-
-def errors_in(text: str, *, limit: int = 3) -> list[str]:
-    """Error lines (the last ``limit`` of a text), each cut to 240 characters."""
-    found: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped and _ERROR_LINE.search(stripped) and not stripped.startswith("Traceback"):
-            found.append(stripped[:240])
-    return found[-limit:] if limit else found
-
-
-def numbers_in(text: str) -> Iterator[str]:
-    """Numbers with their unit (ports, counts, sizes, money, versions, dates)."""
-    for match in _NUMBER.finditer(text):
-        yield match.group().strip()
-
-
-def names_in(text: str) -> Iterator[str]:
-    """Capitalised words inside sentences (names, products, places) and quoted values."""
-    for match in _QUOTED.finditer(text):
-        value = (match.group(1) or match.group(2) or "").strip()
-        if value:
-            yield value
-    for sentence in _SENTENCE_END.split(text):
-        run: list[re.Match[str]] = []
-        for number, word in enumerate(_WORD.finditer(sentence)):
-            token = word.group()
-            capital = token[0].isupper() and not token.isupper() and token not in _NAME_STOPWORDS
-            # A run is verbatim: its words are separated by spaces only, nothing else.
-            joined = not run or not sentence[run[-1].end() : word.start()].strip(" \t")
-            if number > 0 and capital and joined:
-                run.append(word)
-                continue
-            if run:
-                yield sentence[run[0].start() : run[-1].end()]
-            run = [word] if number > 0 and capital else []
-        if run:
-            yield sentence[run[0].start() : run[-1].end()]
 
 
 class _Collector:
@@ -592,7 +145,7 @@ def _arg_strings(args: Any, key: str = "") -> Iterator[tuple[str, str]]:
 
 
 def _is_path_arg(key: str) -> bool:
-    return key in _PATH_ARGS or key.endswith(tuple(f"_{s}" for s in _PATH_ARG_SUFFIXES))
+    return key in PATH_ARGS or key.endswith(tuple(f"_{s}" for s in PATH_ARG_SUFFIXES))
 
 
 SUMMARY_PREFIXES = (
@@ -634,7 +187,7 @@ def _collect(collector: _Collector, message: ModelMessage, index: int | None) ->
             except ValueError:
                 args = {}
             for key, value in _arg_strings(args):
-                if key in _COMMAND_ARGS:
+                if key in COMMAND_ARGS:
                     collector.add("command", [value.strip()], index, user=False)
                     collector.add("path", paths_in(value), index, user=False, acted=True)
                 elif _is_path_arg(key) and "\n" not in value and "://" not in value:
@@ -652,7 +205,7 @@ def _collect_summary(collector: _Collector, text: str, index: int | None) -> Non
     """An earlier summary: its verbatim facts keep their kind; its prose gives paths and URLs."""
     head, _, facts = text.partition(FACTS_HEADING)
     for line in facts.splitlines():
-        match = _FACT_LINE.match(line.strip())
+        match = FACT_LINE.match(line.strip())
         if match:
             kind: Kind = match.group(1)  # type: ignore[assignment]
             collector.add(kind, [match.group(2)], index, user=True)

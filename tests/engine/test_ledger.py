@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic_ai.messages import ModelMessage
 
+from ctxhub.governance.fact_patterns import FACTS_HEADING
 from ctxhub.governance.ledger import (
-    FACTS_HEADING,
     LedgerItem,
     contains,
     extract_ledger,

@@ -32,7 +32,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.toolsets import FunctionToolset
 
-from ..ledger import paths_in
+from ..fact_finders import paths_in
 from ..tokens import OFFLINE_WINDOWS
 
 OFFLINE_DEMO = "offline:demo"

@@ -23,7 +23,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.profiles import ModelProfile
 
 from ..draft import SummaryDraft, parse_draft, render_draft
-from ..ledger import commands_in, errors_in, identifiers_in, paths_in, urls_in
+from ..fact_finders import commands_in, errors_in, identifiers_in, paths_in, urls_in
 
 OFFLINE_EXTRACTIVE = "offline:extractive"
 DEFAULT_WINDOW = 32_000

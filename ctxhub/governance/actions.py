@@ -28,13 +28,16 @@ def action_due(setup: Setup, work: Work, high_water: float) -> Acted | None:
     return None
 
 
-def cheapest_action(setup: Setup, plan: Plan, replayed: Work, growth: int) -> tuple[Work, Steps]:
+def cheapest_action(
+    setup: Setup, plan: Plan, replayed: Work, growth: int, *, started: bool
+) -> tuple[Work, Steps]:
     """The action that costs the session least per request until the next, each candidate
     costed as a provider bills cached and written input: masking a batch of older results
     alone, within the window as it stands (which keeps the request's prefix up to the first
     result it masks), or moving the window too (which rewrites everything after the head, but
     leaves more room before the next action). Only moving the window is sure to reach the
-    low-water mark; the others must at least get under the high-water mark."""
+    low-water mark; the others must at least get under the high-water mark. A new start
+    (``started``) has no cached prefix to keep: it takes the most room, at the low-water mark."""
     hysteresis = setup.policy.hysteresis
     low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
     full = act(setup, low)
@@ -44,6 +47,8 @@ def cheapest_action(setup: Setup, plan: Plan, replayed: Work, growth: int) -> tu
         # carry, rather than a request of next to nothing.
         full = act(setup, high)
     candidates = [full]
+    if started:
+        return full
     if setup.policy.masking.enabled:
         candidates.append(_remasked(setup, plan))
         if plan.cut is not None:

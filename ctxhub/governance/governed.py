@@ -69,7 +69,8 @@ class Governed:
         self.window_tokens: int = summary["window_tokens"]
         self.acted: Acted | None = summary.get("acted")
         """Why this request changes messages the previous one sent (a cache break); None when
-        it sends the previous request's messages unchanged, the new ones appended."""
+        it sends the previous request's messages unchanged, the new ones appended, and always
+        None with hysteresis off (every request is then governed on its own)."""
         self._work = work
         self._summary = summary
         self._normalized = normalized

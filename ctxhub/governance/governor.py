@@ -168,7 +168,7 @@ class Governor:
         if due is None:
             self._remember(setup, plan, now, growth, same_lineage=continued)
             return finish(setup, replayed, replay_steps, self._cache, started)
-        work, steps = cheapest_action(setup, plan, replayed, growth)
+        work, steps = cheapest_action(setup, plan, replayed, growth, started=not continued)
         work.materialised |= replayed.materialised  # read to find the action due
         sent = sent_tokens(work)
         if due == "high_water" and continued and now - sent < hysteresis.min_reclaim_tokens:

@@ -71,19 +71,10 @@ class Setup:
     carried: Carry | None
     carried_shared: int | None
 
-    @property
-    def facts(self) -> list[MessageFacts]:
-        """The repaired history's facts, one per position."""
-        return self.normalized.facts
-
     def limit(self, share: float = 1.0) -> int:
         """Most tokens the messages may take to use ``share`` of the history budget (system
         prompt parts are in the messages and always kept)."""
         return int(self.budget * share) + self.system_parts
-
-    def context_tokens(self, work: Work) -> int:
-        """Tokens of the whole request a plan sends: messages, instructions and tools."""
-        return work.total() + self.instructions_tokens + self.tool_tokens
 
 
 def set_up(
@@ -102,22 +93,8 @@ def set_up(
     """Prepare and repair a history and work out its budget (see ``Governor.govern``)."""
     tokenizer = tokenizer_for(model)
     token_ids: dict[int, tuple[str, list[int]]] = {}
-    source: Messages
-    if facts is None:
-        prepared = prepare(messages, tokenizer, cache, token_ids, truncated_above(policy))
-        assert prepared.messages is not None
-        source = prepared.messages
-    else:
-        if len(facts) != len(messages):
-            raise ValueError(f"{len(facts)} facts given for {len(messages)} messages")
-        prepared = prepare_stored(facts, cache)
-        source = messages
-    # Outputs tokenised by earlier calls but not truncated yet (the current turn's, which
-    # truncation scope "older" leaves whole until the turn ends) are truncated from their ids.
-    for key, entry in cache.token_ids.items():
-        token_ids.setdefault(key, entry)
+    prepared, source = _prepared(messages, facts, policy, cache, tokenizer, token_ids)
     input_facts = prepared.facts
-
     window_tokens = policy.context_window or context_window_tokens or context_window(model)
     if instructions is not None:
         instructions_text: str | None = instructions
@@ -132,33 +109,12 @@ def set_up(
         if tool_tokens is not None
         else tool_definition_tokens(tool_definitions, tokenizer)
     )
-    margin = int(window_tokens * policy.safety_margin)
     budget = policy.history_budget(window_tokens, system_parts + instructions_tokens + tools)
-
-    extends = prepared.extends
-    normalized = normalize(
-        source,
-        input_facts,
-        tokenizer,
-        policy.dangling_call_text,
-        prepared.pairing,
-        extends.normalized if extends is not None else None,
-        in_place=prepared.grows,
-    )
-    prepared.normalized = normalized
+    normalized, carried, shared = _repaired(prepared, source, policy, tokenizer)
     turn_start, latest_prompt = current_turn(normalized)
     pinned_indices = (i for i in pinned if 0 <= i < len(input_facts))
     pinned_positions = frozenset(
         p for p in map(normalized.position_of, pinned_indices) if p is not None
-    )
-    carried = extends.carry if extends is not None else None
-    shared = (
-        normalized.shared
-        if carried is not None
-        and extends is not None
-        and extends.normalized is not None
-        and carried.facts is extends.normalized.facts
-        else None
     )
     return Setup(
         policy=policy,
@@ -172,7 +128,7 @@ def set_up(
         instructions_tokens=instructions_tokens,
         system_parts=system_parts,
         tool_tokens=tools,
-        margin=margin,
+        margin=int(window_tokens * policy.safety_margin),
         window_tokens=window_tokens,
         budget=budget,
         turn_start=turn_start,
@@ -183,6 +139,60 @@ def set_up(
         carried=carried,
         carried_shared=shared,
     )
+
+
+def _prepared(
+    messages: Sequence[ModelMessage],
+    facts: Sequence[MessageFacts] | None,
+    policy: Policy,
+    cache: WorkCache,
+    tokenizer: Tokenizer,
+    token_ids: dict[int, tuple[str, list[int]]],
+) -> tuple[Prepared, Messages]:
+    """The pass over the history (extending the cache's) and the messages to read it from."""
+    source: Messages
+    if facts is None:
+        prepared = prepare(messages, tokenizer, cache, token_ids, truncated_above(policy))
+        assert prepared.messages is not None
+        source = prepared.messages
+    else:
+        if len(facts) != len(messages):
+            raise ValueError(f"{len(facts)} facts given for {len(messages)} messages")
+        prepared = prepare_stored(facts, cache)
+        source = messages
+    # Outputs tokenised by earlier calls but not truncated yet (the current turn's, which
+    # truncation scope "older" leaves whole until the turn ends) are truncated from their ids.
+    for key, entry in cache.token_ids.items():
+        token_ids.setdefault(key, entry)
+    return prepared, source
+
+
+def _repaired(
+    prepared: Prepared, source: Messages, policy: Policy, tokenizer: Tokenizer
+) -> tuple[Normalized, Carry | None, int | None]:
+    """The history's pair repair (taking up the previous call's), what that call carried, and
+    how many leading positions the two repairs share (None: to be compared)."""
+    extends = prepared.extends
+    normalized = normalize(
+        source,
+        prepared.facts,
+        tokenizer,
+        policy.dangling_call_text,
+        prepared.pairing,
+        extends.normalized if extends is not None else None,
+        in_place=prepared.grows,
+    )
+    prepared.normalized = normalized
+    carried = extends.carry if extends is not None else None
+    shared = (
+        normalized.shared
+        if carried is not None
+        and extends is not None
+        and extends.normalized is not None
+        and carried.facts is extends.normalized.facts
+        else None
+    )
+    return normalized, carried, shared
 
 
 def new_work(

@@ -18,7 +18,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from test_properties import assert_history_invariants, long_policies, seeded, specs
 
 from ctxhub.governance import Governor, GovernorState, Policy, govern
-from tests.messages import reply, tool_call, tool_result, user, words
+from tests.messages import agent_turns, words
 
 # Long histories hold retry prompts of the older form, as stored sessions do.
 pytestmark = pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
@@ -63,17 +63,8 @@ def test_between_actions_a_request_is_the_previous_one_grown(spec: Spec, policy:
 
 
 def _session(turns: int) -> list[ModelMessage]:
-    history: list[ModelMessage] = [user("start", system="You are careful.")]
-    for turn in range(turns):
-        history.append(user(f"task {turn}"))
-        for n in range(2):
-            call = f"t{turn}c{n}"
-            history += [
-                tool_call("read", id=call),
-                tool_result("read", words(300, f"w{n}"), id=call),
-            ]
-        history.append(reply(f"done {turn}"))
-    return history
+    """An agent's session: each turn two reads of about 300 tokens and an answer."""
+    return agent_turns(turns, 2, words(300, "w"))
 
 
 def test_a_session_acts_seldom_and_appends_in_between() -> None:

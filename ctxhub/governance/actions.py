@@ -52,7 +52,9 @@ def cheapest_action(
     if setup.policy.masking.enabled:
         candidates.append(_remasked(setup, plan))
         if plan.cut is not None:
-            candidates.append(act(setup, low, masked_enough=high))
+            masked = act(setup, low, masked_enough=high)
+            if not any(name == "window" for name, _ in masked[1]):  # masking alone sufficed
+                candidates.append(masked)
     fitting = [c for c in candidates[1:] if not c[0].exact_over(high)]
     pace = max(growth, setup.budget // 100, 1)
     chosen = min(

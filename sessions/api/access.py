@@ -11,7 +11,7 @@ from ninja.params import P, PathEx
 from pydantic import ValidationError as PydanticError
 from pydantic_ai.messages import ModelMessage
 
-from ctxhub.governance import Policy
+from ctxhub.governance import Governor, Policy
 from sessions.api.errors import ApiError, dotted_to_path, field_path
 from sessions.models import AgentSession, ApiKey
 from sessions.payloads import InvalidPayload, parse_payload
@@ -48,6 +48,19 @@ def parse_policy(overrides: dict[str, Any], field: str = "policy") -> Policy:
     except PydanticError as exc:
         error = exc.errors()[0]
         path = f"{field}.{field_path(error['loc'])}" if error["loc"] else field
+        raise ApiError(422, "invalid", f"{path}: {error['msg']}", field=path) from None
+
+
+def parse_governor(state: dict[str, Any] | None, policy: Policy, model: str) -> Governor:
+    """The Governor a request continues (a fresh one without a state); a 422 naming the first
+    bad field of a state that is not one."""
+    if state is None:
+        return Governor(policy, model=model)
+    try:
+        return Governor.from_state(state, policy, model=model)
+    except PydanticError as exc:
+        error = exc.errors()[0]
+        path = f"state.{field_path(error['loc'])}" if error["loc"] else "state"
         raise ApiError(422, "invalid", f"{path}: {error['msg']}", field=path) from None
 
 

@@ -158,6 +158,24 @@ class GovernIn(_Body):
     messages: list[dict[str, Any]] = Field(max_length=100_000)
     model: str = Field(min_length=1, max_length=200)
     policy: dict[str, Any] = Field(default_factory=dict)
+    state: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The governor's state from the previous answer, for the same history grown: between "
+            "its actions the request is then the previous one with the new messages appended, "
+            "so the provider's prompt cache keeps its prefix. None: the first request."
+        ),
+    )
+
+
+class GovernOut(ContextOut):
+    state: dict[str, Any] = Field(description="Send it with the next request of this history.")
+    acted: str | None = Field(
+        description=(
+            "Why this request changes messages the previous one sent (start, edited, "
+            "high_water, over_budget, trigger); null when it only appends."
+        )
+    )
 
 
 class ErrorDetail(Schema):

@@ -372,6 +372,31 @@ def test_the_context_is_the_stored_history_governed_under_the_sessions_policy(
     assert pinned_result(other) == ["line\n" * 2_000]
 
 
+def test_a_governor_state_sent_back_keeps_the_previous_request(api: Api) -> None:
+    # An agent that keeps its own history sends each answer's state with its next request:
+    # between the governor's actions the request is the previous one with the new messages.
+    session = agent_turns(40, 2, "row\n" * 300, "Fix OPS-1")
+    policy = {"context_window": 16_000}
+    state = None
+    previous: list[Any] | None = None
+    appended = 0
+    for end in range(len(session) - 60, len(session) + 1, 3):
+        body = {"messages": as_json(session[:end]), "model": "openai:gpt-4o", "policy": policy}
+        if state is not None:
+            body["state"] = state
+        answer = api.call("post", "/govern", body)
+        assert answer.status_code == 200
+        found = answer.json()
+        assert found["report"]["fits"]
+        if found["acted"] is None:
+            assert previous is not None
+            assert found["messages"][: len(previous) - 1] == previous[:-1]
+            appended += 1
+        previous, state = found["messages"], found["state"]
+    assert appended > 10
+    assert not Message.objects.exists()
+
+
 def test_stateless_govern(api: Api) -> None:
     history = as_json(agent_turns(6, 2, "row\n" * 3_000, "Fix OPS-1"))
     response = api.call(

@@ -110,6 +110,42 @@ def test_policies_nested_or_numbered_beyond_reason_are_refused(
     assert not AgentSession.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("state", "field"),
+    [
+        ('{"size": -1}', "state.size"),
+        ('{"size": 1' + "0" * 400 + "}", "state.size"),
+        ('{"plan": {"turn_start": "x", "head_end": 0}}', "state.plan.turn_start"),
+        ('{"plan": {"turn_start": 0, "head_end": 0, "spared": [[1]]}}', "state.plan.spared[0]"),
+        ('{"version": 2}', "state.version"),
+        ('{"digest": "' + "f" * 100 + '"}', "state.digest"),
+        ('{"sneaky": 1}', "state.sneaky"),
+    ],
+)
+def test_a_governor_state_that_is_not_one_is_refused_naming_the_field(
+    api: Api, state: str, field: str
+) -> None:
+    messages = json.dumps(
+        [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "hi"}]}]
+    )
+    raw = '{"model": "openai:gpt-4o", "messages": ' + messages + ', "state": ' + state + "}"
+    assert refused(api.post("/govern", raw))["field"] == field
+
+
+def test_a_state_of_another_history_is_a_new_start(api: Api) -> None:
+    turns = [
+        {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": f"q{n} " * 50}]}
+        for n in range(5)
+    ]
+    state = {"size": 400, "digest": "0" * 32, "plan": {"turn_start": 9_000, "head_end": 9_000}}
+    answer = api.post(
+        "/govern", json.dumps({"model": "openai:gpt-4o", "messages": turns, "state": state})
+    )
+    assert answer.status_code == 200
+    assert answer.json()["acted"] == "edited"
+    assert len(answer.json()["messages"]) == 5
+
+
 def test_an_evicted_reference_that_names_nothing_is_a_404(api: Api, alice: Any) -> None:
     session = make_session(alice)
     for ref in ("%00", "..%2f..%2fetc%2fpasswd", "ev_" + "0" * 20):

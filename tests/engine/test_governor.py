@@ -78,6 +78,22 @@ def test_a_session_acts_seldom_and_appends_in_between() -> None:
     assert len(actions) < len(acted) / 4
 
 
+def test_an_action_never_leaves_next_to_nothing_where_the_budget_holds_more() -> None:
+    # Every output is the same text (older copies become references) and the newest five
+    # stay whole: at the low-water mark the window's walk stops at the first of them, so the
+    # action aims higher rather than send the newest exchange alone.
+    session = agent_turns(40, 2, "row\n" * 300, "Fix OPS-1")
+    policy = Policy(context_window=16_000)
+    governor = Governor(policy, model=MODEL)
+    actions = 0
+    for prefix in _requests(session)[-30:]:
+        governed = governor.govern(prefix)
+        if governed.acted is not None:
+            actions += 1
+            assert governed.tokens_after >= governed.budget_tokens * policy.hysteresis.low_water / 2
+    assert actions > 2
+
+
 def test_two_governors_fed_the_same_histories_send_the_same_requests() -> None:
     session = _session(30)
     policy = Policy(context_window=8_000, reserved_output_tokens=0)

@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
 from ninja.params import P, QueryEx
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_core import to_json
 
-from ctxhub.governance import ContextReport, govern
+from ctxhub.governance import ContextReport
 from sessions import services
-from sessions.api.access import need, owned_session, parse_messages, parse_policy
-from sessions.api.schemas import ERRORS, ContextOut, GovernIn
+from sessions.api.access import need, owned_session, parse_governor, parse_messages, parse_policy
+from sessions.api.schemas import ERRORS, ContextOut, GovernIn, GovernOut
 
 router = Router()
 
 
-def _context_answer(messages: list[ModelMessage], report: ContextReport) -> HttpResponse:
-    """The governed context as ``ContextOut`` JSON, serialised by pydantic's core in one pass:
-    the largest answer the API gives, and an agent asks for it before every model request."""
+def _context_answer(
+    messages: list[ModelMessage], report: ContextReport, **more: Any
+) -> HttpResponse:
+    """The governed context as ``ContextOut`` JSON (with ``more`` fields), serialised by
+    pydantic's core in one pass: the largest answer the API gives, and an agent asks for it
+    before every model request."""
     body = b"".join(
         (
             b'{"messages":',
             ModelMessagesTypeAdapter.dump_json(messages),
             b',"report":',
             report.__pydantic_serializer__.to_json(report),
+            *(b"," + to_json(key) + b":" + to_json(value) for key, value in more.items()),
             b"}",
         )
     )
@@ -52,10 +58,14 @@ def context(
     return _context_answer(found.messages, found.report)
 
 
-@router.post("/govern", response={200: ContextOut, **ERRORS}, tags=["context"])
+@router.post("/govern", response={200: GovernOut, **ERRORS}, tags=["context"])
 def govern_stateless(request: HttpRequest, body: GovernIn) -> HttpResponse:
-    """Govern a history sent whole (nothing is stored): for agents that keep their own."""
+    """Govern a history sent whole (nothing is stored): for agents that keep their own. Send
+    back the ``state`` of the previous answer and the request keeps the prompt cache warm."""
     need(request, "read")
     messages = parse_messages(body.messages)
-    governed = govern(messages, parse_policy(body.policy), model=body.model)
-    return _context_answer(governed.messages, governed.report)
+    governor = parse_governor(body.state, parse_policy(body.policy), body.model)
+    governed = governor.govern(messages)
+    return _context_answer(
+        governed.messages, governed.report, state=governor.state(), acted=governed.acted
+    )

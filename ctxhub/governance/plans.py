@@ -116,11 +116,25 @@ def fresh_plan(setup: Setup) -> Plan:
 
 
 def plan_holds(plan: Plan, setup: Setup) -> bool:
-    """Whether the repaired history still has the plan's messages where the plan put them."""
+    """Whether the repaired history still has the plan's messages where the plan put them (a
+    state from elsewhere is checked whole: every position and part it names must exist)."""
     if not plan.replayable:
         return False
-    index = setup.normalized.index
+    index, facts = setup.normalized.index, setup.normalized.facts
     size = len(index)
-    if plan.turn_start > size or (plan.cut is not None and plan.cut > size):
+
+    def part(position: int, number: int) -> bool:
+        return 0 <= position < size and 0 <= number < len(facts[position].part_tokens)
+
+    if plan.turn_start > size or plan.head_end >= size:
         return False
-    return all(p < size and index[p] == at for p, at in plan.anchors)
+    if plan.cut is not None and not plan.head_end < plan.cut <= size:
+        return False
+    if not all(0 <= p < size for p in plan.spared):
+        return False
+    span = plan.mask_span
+    if span is not None and not (part(span[0], span[1]) and part(span[2], span[3])):
+        return False
+    if not all(part(a, b) and part(c, d) for a, b, c, d in plan.repeated):
+        return False
+    return all(0 <= p < size and index[p] == at for p, at in plan.anchors)

@@ -132,6 +132,42 @@ def test_a_governor_state_that_is_not_one_is_refused_naming_the_field(
     assert refused(api.post("/govern", raw))["field"] == field
 
 
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {"turn_start": 0, "head_end": 0, "repeated": [[10**9, 0, 1, 0]]},
+        {"turn_start": 0, "head_end": 0, "repeated": [[0, 99, 1, 0]]},
+        {"turn_start": 0, "head_end": 0, "mask_span": [0, 0, 10**9, 0]},
+        {"turn_start": 0, "head_end": 3, "cut": 1},
+        {"turn_start": 0, "head_end": 0, "cut": 2, "spared": [10**9]},
+    ],
+)
+def test_a_state_naming_what_the_history_does_not_have_is_a_new_start(
+    api: Api, plan: dict[str, Any]
+) -> None:
+    # Timestamped, as pydantic-ai writes messages: the same history in both calls.
+    turns = [
+        {
+            "kind": "request",
+            "parts": [
+                {
+                    "part_kind": "user-prompt",
+                    "content": f"q{n}",
+                    "timestamp": "2026-01-01T00:00:00Z",
+                }
+            ],
+        }
+        for n in range(5)
+    ]
+    first = api.post("/govern", json.dumps({"model": "openai:gpt-4o", "messages": turns[:4]}))
+    state = {**first.json()["state"], "plan": plan}
+    answer = api.post(
+        "/govern", json.dumps({"model": "openai:gpt-4o", "messages": turns, "state": state})
+    )
+    assert answer.status_code == 200
+    assert answer.json()["acted"] == "edited"
+
+
 def test_a_state_of_another_history_is_a_new_start(api: Api) -> None:
     turns = [
         {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": f"q{n} " * 50}]}

@@ -41,28 +41,29 @@ def cheapest_action(
     hysteresis = setup.policy.hysteresis
     low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
     full = act(setup, low)
+    tried = [full]
     if sent_tokens(full[0]) < low // 2 and any(name == "window" for name, _ in full[1]):
         # The window stopped far below the mark, at a message too large for the room left:
         # aiming at the high-water mark keeps the context that message and those after it
         # carry, rather than a request of next to nothing.
         full = act(setup, high)
+        tried.append(full)
     candidates = [full]
-    if started:
-        return full
-    if setup.policy.masking.enabled:
-        candidates.append(_remasked(setup, plan))
+    if not started and setup.policy.masking.enabled:
+        tried.append(_remasked(setup, plan))
+        candidates.append(tried[-1])
         if plan.cut is not None:
-            masked = act(setup, low, masked_enough=high)
-            if not any(name == "window" for name, _ in masked[1]):  # masking alone sufficed
-                candidates.append(masked)
+            tried.append(act(setup, low, masked_enough=high))
+            if not any(name == "window" for name, _ in tried[-1][1]):  # masking alone did
+                candidates.append(tried[-1])
     fitting = [c for c in candidates[1:] if not c[0].exact_over(high)]
     pace = max(growth, setup.budget // 100, 1)
     chosen = min(
         [full, *fitting],
         key=lambda action: _cost_per_request(replayed, action[0], high, pace),
     )
-    for work, _ in candidates:
-        chosen[0].materialised |= work.materialised  # read to weigh the candidates
+    for work, _ in tried:
+        chosen[0].materialised |= work.materialised  # read to weigh the plans tried
     return chosen
 
 

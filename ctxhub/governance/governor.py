@@ -234,11 +234,15 @@ class _Lineage:
 
     def digest(self, size: int) -> str:
         """The digest of all but the last of the first ``size`` facts (the latest request may
-        still be completed in place, by an agent run adding its instructions)."""
+        still be completed in place, by an agent run adding its instructions). Timestamps are
+        left out: providers are not sent them, and a client that omits them gets new ones each
+        time its history is parsed."""
         assert self.facts is not None
         end = max(size - 1, 0)
         for fact in self.facts[self._count : end]:
-            self._hasher.update(json.dumps(fact.to_json(), sort_keys=True).encode())
+            value = fact.to_json()
+            del value["timestamp"]
+            self._hasher.update(json.dumps(value, sort_keys=True).encode())
             self._hasher.update(b"\n")
         self._count = max(self._count, end)
         return self._hasher.hexdigest()

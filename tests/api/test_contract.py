@@ -397,6 +397,25 @@ def test_a_governor_state_sent_back_keeps_the_previous_request(api: Api) -> None
     assert not Message.objects.exists()
 
 
+def test_a_governor_state_continues_a_history_sent_without_timestamps(api: Api) -> None:
+    # Hand-written JSON without timestamps is given new ones each time it is parsed: the
+    # state still continues (providers are not sent timestamps).
+    turns = [
+        {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": f"q{n} " * 40}]}
+        for n in range(12)
+    ]
+    state = None
+    acted = []
+    for end in range(6, 13):
+        body: dict[str, Any] = {"messages": turns[:end], "model": "openai:gpt-4o"}
+        if state is not None:
+            body["state"] = state
+        found = api.call("post", "/govern", body).json()
+        acted.append(found["acted"])
+        state = found["state"]
+    assert acted == ["start", *[None] * 6]
+
+
 def test_stateless_govern(api: Api) -> None:
     history = as_json(agent_turns(6, 2, "row\n" * 3_000, "Fix OPS-1"))
     response = api.call(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from html import unescape
 from typing import Any
@@ -44,9 +44,18 @@ class Pushes:
 
     def __init__(self) -> None:
         self.html: list[str] = []
+        self.arrived = asyncio.Event()
 
     def text(self) -> str:
         return "\n".join(self.html)
+
+    async def until(self, arrived: Callable[[Pushes], bool]) -> None:
+        """Wait until the pushes so far satisfy ``arrived``: they reach the channel after the
+        change that sends them, later on a busy machine (ten seconds at most)."""
+        async with asyncio.timeout(10):
+            while not arrived(self):
+                self.arrived.clear()
+                await self.arrived.wait()
 
 
 @pytest.fixture
@@ -63,6 +72,7 @@ async def watch() -> AsyncIterator[Any]:
         async def collect() -> None:
             while True:
                 pushes.html.append((await layer.receive(channel))["html"])
+                pushes.arrived.set()
 
         tasks.append(asyncio.create_task(collect()))
         return pushes
@@ -151,7 +161,7 @@ async def test_a_turn_stores_every_message_as_it_completes_and_streams_it(
     assert (turn.first_seq, turn.last_seq, turn.requests) == (0, 5, 3)
     assert_pairs_valid(messages)
 
-    await asyncio.sleep(0.2)  # the last pushes reach the test's channel
+    await pushes.until(lambda p: streamed(p.text(), answer.content, batches=3))
     html = pushes.text()
     # Deltas carry the offset they start at, and rebuild the whole answer in order.
     assert streamed(html, answer.content, batches=3)
@@ -261,8 +271,7 @@ async def test_a_model_that_cannot_run_fails_the_turn_and_stores_nothing(
     assert turn.status == TurnStatus.FAILED
     assert "OPENAI_API_KEY" in turn.error
     assert await Message.objects.filter(session=session).acount() == 0
-    await asyncio.sleep(0.2)
-    assert 'data-testid="chat-error"' in pushes.html[-1]
+    await pushes.until(lambda p: bool(p.html) and 'data-testid="chat-error"' in p.html[-1])
     assert "Your message was not sent" in pushes.html[-1]
 
     unknown = await sync_to_async(chat_session)(owner, chat_model="offline:nope")
@@ -304,8 +313,7 @@ async def test_the_real_http_provider_path_streams_over_sse(
     # The second request carried the governed history: the prompt, the call, its result.
     second = fake_openai.requests[1]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "tool"]
-    await asyncio.sleep(0.2)
-    assert streamed(pushes.text(), messages[3].parts[0].content, batches=1)
+    await pushes.until(lambda p: streamed(p.text(), messages[3].parts[0].content, batches=1))
 
 
 async def test_a_provider_that_is_down_fails_the_turn_keeping_the_prompt(
@@ -395,8 +403,7 @@ async def test_a_tool_call_with_bad_arguments_shows_the_retry(
     pushes = await watch(session)
     turn = await run_turn(session, owner, "Read the readme")
     assert turn.status == TurnStatus.DONE, turn.error
-    await asyncio.sleep(0.2)
-    assert 'data-testid="tool-retried"' in pushes.text()
+    await pushes.until(lambda p: 'data-testid="tool-retried"' in p.text())
     assert "refused its arguments" in pushes.text()
     # The retry request is in the log, paired with its call.
     assert_pairs_valid([row.message for row in await sync_to_async(log_of)(session)])

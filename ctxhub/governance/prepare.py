@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 from operator import attrgetter
-from threading import Lock
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -84,9 +83,8 @@ class Prepared:
     """The last call's pair repair of this history, for the next call to take up."""
     extends: Prepared | None = None
     """The remembered history this one extends and took over, for its pair repair and carried
-    state (only until this one's call is done). A call that could not take it over (another
-    call extending it at the same time did) does not read them: the taker may be growing them
-    in place."""
+    state (only until this one's call is done). A call that could not take it over (a call
+    before it did) does not read them: the taker may have grown them in place."""
     grows: bool = False
     """Whether this history grows the one it extends in place, its facts list and its pair
     repair's (taken over, and the result of its call read no more: see ``_unread``)."""
@@ -316,8 +314,7 @@ def _prepared(
     """The pass over ``facts`` extended from ``previous``'s (``taken``: taken over, see
     ``_take``), remembered in ``recent``."""
     # The pairing's mappings are taken over as the containers below are; another call
-    # extending the same history at the same time pairs from the start, as it cannot know how
-    # far the taker got.
+    # extending the same history later pairs from the start, as the taker grew them.
     carried = previous.pairing if previous is not None and taken else Pairing()
     pairing = carried.extended(facts, in_place=taken)
     if taken:
@@ -399,19 +396,17 @@ def _prepared(
 
 def _take(previous: Prepared) -> bool:
     """Whether this call may extend ``previous``'s containers in place: only one call may,
-    once ``previous``'s own call is done, and another call that extends it at the same time
-    (another thread) collects them afresh."""
-    with _TAKING:
-        if previous.taken or previous.result is None:
-            return False
-        previous.taken = True
-        return True
+    once ``previous``'s own call is done; another that extends it later collects them afresh.
+    (A Governor's calls are serialised, so no two calls take at once.)"""
+    if previous.taken or previous.result is None:
+        return False
+    previous.taken = True
+    return True
 
 
 def _untake(previous: Prepared) -> None:
     """Give ``previous`` back: this call does not extend it after all."""
-    with _TAKING:
-        previous.taken = False
+    previous.taken = False
 
 
 def _unread(previous: Prepared) -> bool:
@@ -422,6 +417,3 @@ def _unread(previous: Prepared) -> bool:
         return False  # its call is not done
     governed = previous.result()
     return governed is None or "report" in vars(governed)
-
-
-_TAKING = Lock()

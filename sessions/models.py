@@ -479,7 +479,9 @@ class IdempotentRequest(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Who did what to a session, when, and the governed tokens before and after. Immutable."""
+    """Who did what to a session, when, and the governed tokens before and after. Immutable,
+    but for ``tokens_after``: a change is measured once it is committed (not under the session
+    lock), and the figure is filled in once (``measured_after``)."""
 
     session = models.ForeignKey(
         AgentSession, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_events"
@@ -503,6 +505,14 @@ class AuditEvent(models.Model):
         if not self._state.adding:
             raise AppendOnlyError("audit events are immutable")
         super().save(*args, **kwargs)
+
+    def measured_after(self, tokens: int) -> None:
+        """Fill in the governed tokens after the change, if they are not yet."""
+        filled = AuditEvent.objects.filter(pk=self.pk, tokens_after__isnull=True).update(
+            tokens_after=tokens
+        )
+        if filled:
+            self.tokens_after = tokens
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise AppendOnlyError("audit events are immutable")

@@ -54,7 +54,13 @@ from sessions.services.compaction import (
     replacement_for,
     session_state,
 )
-from sessions.services.records import audit, bump_revision, governed_tokens, lock_session
+from sessions.services.records import (
+    audit,
+    bump_revision,
+    governed_tokens,
+    lock_session,
+    measure_after,
+)
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +358,9 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
     tokenizer = tokenizer_for(session.model)
     replacement = replacement_for(basis.history, basis.messages, compacted.messages, tokenizer)
     report = compacted.report
+    # Governed outside the lock (appends wait on it): the session as the summary was written
+    # for, give or take an append.
+    before = governed_tokens(session)
     with transaction.atomic():
         lock_session(session)
         current = session_state(session)
@@ -369,7 +378,6 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
             job.plan = {**job.plan, **current.as_dict()}
             job.save(update_fields=["plan"])
             return None
-        before = governed_tokens(session)
         superseded = (
             Compaction.objects.filter(
                 session=session,
@@ -405,7 +413,6 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
             finished_at=timezone.now(),
         )
         bump_revision(session)
-        after = governed_tokens(session)
         job.result = {
             "compaction": record.pk,
             "tokens_before": report.tokens_before,
@@ -413,12 +420,11 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
         }
         job.save(update_fields=["result"])
         _finish(job, JobStatus.DONE, outcome=report.outcome, error=report.error or "")
-        audit(
+        event = audit(
             session,
             job.actor,
             "compact",
             tokens_before=before,
-            tokens_after=after,
             compaction=record.pk,
             job=str(job.pk),
             trigger=job.trigger,
@@ -427,6 +433,7 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
             summarized=len(replacement.summarized_seqs),
         )
     events.send_on_commit(events.records_changed, session=session)
+    measure_after(session, event)
     return report.outcome
 
 

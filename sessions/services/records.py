@@ -2,12 +2,13 @@
 session's policy.
 
 Each change is one transaction that locks the session row (appends and other changes wait),
-writes the record, bumps the session's records revision and an audit event with the governed
-tokens before and after. Nothing here touches a message.
+writes the record, bumps the session's records revision and writes an audit event; the governed
+tokens before and after are measured outside the lock. Nothing here touches a message.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +23,8 @@ from sessions.history import effective_history
 from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
 from sessions.services.errors import Conflict, Invalid, NotFound
 from sessions.services.governed import governed_context
+
+log = logging.getLogger(__name__)
 
 
 def lock_session(session: AgentSession) -> None:
@@ -46,7 +49,7 @@ def audit(
     verb: str,
     *,
     tokens_before: int | None,
-    tokens_after: int | None,
+    tokens_after: int | None = None,
     **data: Any,
 ) -> AuditEvent:
     return AuditEvent.objects.create(
@@ -57,6 +60,18 @@ def audit(
         tokens_after=tokens_after,
         data=data,
     )
+
+
+def measure_after(session: AgentSession, event: AuditEvent) -> None:
+    """Fill in an audit event's governed tokens after its change, once the change is committed:
+    governing a long session takes a while, and appends must not wait for it under the lock. An
+    append that lands in between is counted in (as one before the change is in the before)."""
+    try:
+        tokens = governed_tokens(session)
+    except Exception:  # the change stands; the page that shows the session says what failed
+        log.exception("measuring session %s after %s failed", session.pk, event.verb)
+        return
+    event.measured_after(tokens)
 
 
 def _actor(actor: Any) -> Any:
@@ -75,12 +90,11 @@ class _Change:
 def _change(session: AgentSession, actor: Any, verb: str) -> Iterator[_Change]:
     """Make a change in one transaction with the session locked: the body writes its record
     and notes what to audit in ``data`` (or sets ``unchanged``); the records revision is bumped,
-    an audit event records the governed tokens before and after, and pages are told.
+    an audit event records the change, and pages are told.
 
-    The tokens before are those of the session as the change was asked for, governed before
-    the lock is taken (the context the page or agent asking has just read: warm in this
-    process). The tokens after are governed under the lock, once: the audit event is written
-    with the change, and is immutable.
+    Nothing is governed under the lock. The tokens before are those of the session as the
+    change was asked for (the context the page or agent asking has just read: warm in this
+    process); the tokens after are governed once the change is committed (``measure_after``).
     """
     change = _Change()
     before = governed_tokens(session)
@@ -90,15 +104,9 @@ def _change(session: AgentSession, actor: Any, verb: str) -> Iterator[_Change]:
         if change.unchanged:
             return
         bump_revision(session)
-        audit(
-            session,
-            actor,
-            verb,
-            tokens_before=before,
-            tokens_after=governed_tokens(session),
-            **change.data,
-        )
+        event = audit(session, actor, verb, tokens_before=before, **change.data)
     events.send_on_commit(events.records_changed, session=session)
+    measure_after(session, event)
 
 
 def clear(session: AgentSession, *, actor: Any = None) -> Clear:

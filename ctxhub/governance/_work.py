@@ -154,6 +154,9 @@ class Work:
     reasons: list[str] = field(default_factory=list)
     head_end: int = -1
     tail_start: int = 0
+    windowed: bool = False
+    """Whether the window dropped messages (said by ``notice``, unless the policy cuts
+    silently)."""
     notice: ModelRequest | None = None
     notice_omitted: int = 0
     notice_before: int | None = None

@@ -16,7 +16,7 @@ from pydantic_ai.messages import (
 
 from .counting import message_facts
 from .governor import govern
-from .policy import MIN_TRUNCATION_TOKENS, Policy, Threshold
+from .policy import DEFAULT_NOTICE, MIN_TRUNCATION_TOKENS, Policy, Threshold
 from .steps.truncate import truncate_text
 from .steps.window import notice_omitted
 from .summaries import (
@@ -64,6 +64,8 @@ def _partition_policy(
         triggers=[trigger],
         keep={"kind": kind, "value": max(1, value)},
         keep_head=keep_head,
+        # The notice marks where the summary goes, even where the policy cuts silently.
+        notice=DEFAULT_NOTICE,
     )
     return Policy.model_validate(data)
 

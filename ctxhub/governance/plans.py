@@ -77,7 +77,7 @@ def plan_of(setup: Setup, work: Work, steps: Steps) -> Plan:
     taken = {name for name, _ in steps}
     cut: int | None = None
     spared: list[int] = []
-    if work.notice is not None:
+    if work.windowed:
         cut = work.tail_start
         kept = work.kept
         at = kept.find(1, work.head_end + 1, cut)

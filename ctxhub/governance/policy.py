@@ -161,6 +161,9 @@ class Threshold(_Model):
         return self.kind, int(self.value)
 
 
+DEFAULT_NOTICE = "[conversation truncated — {omitted} older messages omitted]"
+
+
 class Window(_Model):
     """Sliding window: drop the oldest middle messages, keeping head, pins and a recent tail."""
 
@@ -187,11 +190,17 @@ class Window(_Model):
     keep_turn_aborted: bool = Field(
         default=True, description="Keep messages carrying a turn-aborted marker."
     )
-    notice: str = "[conversation truncated — {omitted} older messages omitted]"
+    notice: str | None = Field(
+        default=DEFAULT_NOTICE,
+        description=(
+            "The message put where the window cut, '{omitted}' standing for the count; None "
+            "cuts silently."
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if "{omitted}" not in self.notice:
+        if self.notice is not None and "{omitted}" not in self.notice:
             raise ValueError("notice must contain '{omitted}'")
         if self.keep is not None:
             for trigger in self.triggers:

@@ -290,3 +290,12 @@ async def test_the_newest_user_message_is_kept_cut_rather_than_an_older_one() ->
     assert text.startswith("here is the full stack trace:")
     assert "truncated" in text
     assert count_tokens([kept], model=MODEL) <= 500
+
+
+async def test_a_policy_that_cuts_without_a_notice_still_compacts() -> None:
+    policy = Policy.model_validate({"window": {"notice": None}})
+    compacted = await compact(_session(), policy, summarizer=EXTRACTIVE, model=MODEL, keep=KEEP)
+    assert compacted.report.outcome == "summarized", compacted.report.error
+    assert summary_count(compacted.messages) == 1
+    assert compacted.messages[:2] == _session()[:2]
+    assert compacted.messages[-8:] == _session()[-8:]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage
 
-from ctxhub.governance import count_tokens, govern
+from ctxhub.governance import Governor, count_tokens, govern
 from ctxhub.governance.steps.window import notice_omitted
 from tests.messages import reply, user, words
 
@@ -90,3 +90,47 @@ def test_a_token_keep_counts_the_current_request() -> None:
     )
     governed = govern(history, policy, model=MODEL)
     assert _conversation(governed.messages) == history[-3:]
+
+
+def test_a_window_without_a_notice_sends_the_kept_messages_alone() -> None:
+    policy = _tight(
+        1_000_000,
+        **_window(
+            triggers=[{"kind": "messages", "value": 10}],
+            keep={"kind": "messages", "value": 6},
+            notice=None,
+        ),
+    )
+    governed = govern(_chat(20), policy, model=MODEL)
+    assert governed.messages == _chat(20)[-6:]
+    assert [s.detail for s in governed.report.steps if s.step == "window"] == [
+        "35 messages omitted"
+    ]
+    assert govern(governed.messages, policy, model=MODEL).messages == governed.messages
+
+
+def test_a_governor_without_a_notice_keeps_what_it_sent_between_cuts() -> None:
+    policy = _tight(
+        1_000_000,
+        **_window(
+            triggers=[{"kind": "messages", "value": 20}],
+            keep={"kind": "messages", "value": 8},
+            notice=None,
+        ),
+    )
+    governor = Governor(policy, model=MODEL)
+    history = _chat(3)
+    previous = governor.govern(history).messages
+    cuts = 0
+    for turn in range(25):
+        history += [reply(f"answer {turn}"), user(f"question {turn}")]
+        sent = governor.govern(history).messages
+        assert len(sent) <= 20
+        if sent[: len(previous)] != previous:
+            cuts += 1
+            assert sent == history[-8:]
+        else:
+            assert sent == previous + history[-2:]
+        previous = sent
+    # 8 kept, a cut past 20 sent, 2 messages a turn: a cut every 7 turns.
+    assert cuts == 3

@@ -44,7 +44,7 @@ from pydantic_ai.messages import (
 )
 
 from ctxhub.governance import Governor, Policy, count_tokens, govern
-from ctxhub.governance.policy import MIN_TRUNCATION_TOKENS
+from ctxhub.governance.policy import DEFAULT_NOTICE, MIN_TRUNCATION_TOKENS
 from tests.messages import T0, reply, tool_call, tool_result, user, words
 
 # Histories hold legacy retry prompts; copying one warns that the class is deprecated.
@@ -143,6 +143,7 @@ def policies(draw: st.DrawFn) -> Policy:
                 "enabled": draw(st.booleans()),
                 "triggers": draw(st.sampled_from([[], [{"kind": "messages", "value": 12}]])),
                 "keep": draw(st.sampled_from([None, {"kind": "messages", "value": 6}])),
+                "notice": draw(st.sampled_from([DEFAULT_NOTICE, None])),
             },
             "drop_groups": draw(st.booleans()),
             "shrink_newest": draw(st.booleans()),
@@ -207,6 +208,7 @@ def long_policies(draw: st.DrawFn) -> Policy:
                 "keep_head": draw(st.integers(0, 4)) > 0,
                 "keep_turn_aborted": draw(st.integers(0, 4)) > 0,
                 "protected_tools": draw(st.sampled_from([["manage_todo_list"], []])),
+                "notice": draw(st.sampled_from([DEFAULT_NOTICE, DEFAULT_NOTICE, None])),
             },
             "drop_groups": draw(st.integers(0, 3)) > 0,
             "shrink_newest": draw(st.integers(0, 3)) > 0,

@@ -49,8 +49,11 @@ def notice_omitted(message: ModelMessage) -> int | None:
     return window_notice(message)
 
 
-def build_notice(work: Work, omitted: int, timestamp: datetime) -> ModelRequest:
-    """The message telling the model how many messages were omitted."""
+def build_notice(work: Work, omitted: int, timestamp: datetime) -> ModelRequest | None:
+    """The message telling the model how many messages were omitted (None if the policy cuts
+    silently)."""
+    if work.policy.window.notice is None:
+        return None
     text = work.policy.window.notice.format(omitted=omitted)
     return ModelRequest(
         parts=[UserPromptPart(text, timestamp=timestamp)],
@@ -171,7 +174,7 @@ def triggered(work: Work) -> bool:
     triggers = work.policy.window.triggers
     if not triggers:
         return False
-    messages = work.kept.count(1) + (work.notice is not None)
+    messages = work.kept.count(1) + (work.notice is not None)  # a notice is a message sent
     for trigger in triggers:
         kind, value = trigger.resolve(work.window_tokens)
         if kind == "messages":
@@ -317,7 +320,7 @@ def window(work: Work) -> int | None:
     previous = sum(work.facts[p].omitted for p in notices)
     # Reserve room for the notice at its largest (every middle message omitted).
     worst = build_notice(work, previous + floor, work.facts[floor].timestamp)
-    available = work.limit - fixed - message_tokens(worst, work.tokenizer)
+    available = work.limit - fixed - (0 if worst is None else message_tokens(worst, work.tokenizer))
     # The keep counts the messages of the whole tail, the newest exchange and the current
     # turn's request included (pins and system prompts are kept like the head, uncounted).
     counted = [
@@ -352,6 +355,7 @@ def window(work: Work) -> int | None:
         work.tail_start = min(cut, work.turn_start)
         return 0
     work.tail_start = cut
+    work.windowed = True
     if not policy.triggers:
         # Below where the walk stopped this call governed only what it carried over and what
         # proving the history over budget took (with a trigger it governed every kept message,
@@ -384,6 +388,7 @@ def replay_window(work: Work, head_end: int, cut: int, spared: Sequence[int], om
     _, first_dropped = work.drop_range(head_end + 1, cut, spared, "window")
     if first_dropped is None:
         return
+    work.windowed = True
     work.notice = build_notice(work, omitted, work.facts[cut - 1].timestamp)
     work.notice_omitted = omitted
     try:

@@ -137,6 +137,12 @@ def _walk(
         )
 
 
+def _ancestors(path: str) -> list[str]:
+    """``a.b.c``, ``a.b``, ``a``."""
+    parts = path.split(".")
+    return [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+
+
 def group_errors(errors: dict[str, str]) -> dict[str, str]:
     """The errors no single knob owns: a group's rule (``window``) or the whole policy's."""
     names = {knob.name for knob in knobs()}
@@ -219,10 +225,15 @@ def _set(tree: dict[str, Any], path: str, value: Any) -> None:
 
 
 def _errors(error: ValidationError) -> dict[str, str]:
-    """pydantic's errors by knob path; a model-level rule is shown on its group (or the form)."""
+    """pydantic's errors by knob path; a model-level rule is shown on its group (or the form),
+    an error inside a knob edited as JSON (``dedupe.keys.read_file``) on that knob."""
+    names = {knob.name for knob in knobs()}
     found: dict[str, str] = {}
     for item in error.errors():
         path = ".".join(str(p) for p in item["loc"] if not isinstance(p, int))
+        owner = next((p for p in _ancestors(path) if p in names), None)
+        if owner is not None and owner != path:
+            path, item["msg"] = owner, f"{path.removeprefix(owner).strip('.')}: {item['msg']}"
         message = item["msg"].removeprefix("Value error, ")
         found[path] = f"{found[path]}; {message}" if path in found else message
     return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ._work import Landmarks
 from .counting import MessageFacts
 from .prepare import Prepared
+from .reads import OutputAt
 from .steps.normalize import Normalized
 
 
@@ -50,38 +51,68 @@ def landmarks(prepared: Prepared, normalized: Normalized) -> Landmarks:
 def duplicates(
     prepared: Prepared, normalized: Normalized
 ) -> dict[tuple[int, int], tuple[int, int]]:
-    """(position, part) of each older copy of a repeated output → (position, part) of its
-    newest copy, in the repaired history."""
+    """(position, part) of each older copy of a repeated output, or older read of a resource
+    read again, → (position, part) of the next copy or read, in the repaired history: each
+    output's later copies are a chain."""
     found: dict[tuple[int, int], tuple[int, int]] = {}
-    facts = normalized.facts
+    facts, input_facts = normalized.facts, prepared.facts
     # A late result pair repair moved sits in the request after its call, not at its index.
     moved_to = {
-        index: position
+        at: (position, number)
         for position, parts in normalized.moved.items()
-        for index, _ in parts.values()
+        for number, at in parts.items()
     }
 
-    def located(index: int, digest: str) -> tuple[int, int] | None:
-        for position in (normalized.position_of(index), moved_to.get(index)):
-            if position is not None:
-                number = _output_part(facts[position], digest)
-                if number is not None:
-                    return position, number
-        return None
+    def located(output: OutputAt) -> tuple[int, int] | None:
+        index, digest, nth = output
+        fact = input_facts[index]
+        part = _output_part(fact, digest, nth)
+        if part is None:
+            return None
+        if (index, part) in moved_to:
+            return moved_to[index, part]
+        removed = normalized.removed.get(index, ())
+        position = normalized.position_of(index)
+        if part in removed or position is None:
+            return None
+        # Copies of the same text repair removed before it no longer count.
+        digests = dict(zip(fact.outputs, fact.output_digests, strict=True))
+        gone = sum(1 for r in removed if r < part and digests.get(r) == digest)
+        number = _output_part(facts[position], digest, nth - gone)
+        return None if number is None else (position, number)
 
-    for index, digest in prepared.older_copies:
-        older = located(index, digest)
-        newest = located(prepared.newest_output[digest], digest)
-        if older is not None and newest is not None and older[0] != newest[0]:
-            found[older] = newest
+    # A later read of the same resource supersedes an older read, whatever either returned;
+    # reads are linked by resource only, so that no chain leads from one resource to another.
+    reads = dict(prepared.reads.older)
+    read = set(reads).union(reads.values()) if reads else set()
+    copies = {
+        o: n for o, n in prepared.older_copies if not read or (o not in read and n not in read)
+    }
+    for links in (copies, reads):
+        for output, later_output in links.items():
+            older = located(output)
+            if older is None:
+                continue
+            later = located(later_output)
+            # A copy pair repair removed (a second result for one call) is passed over.
+            while later is None or later == older:
+                following = links.get(later_output)
+                if following is None:
+                    break
+                later_output, later = following, located(following)
+            if later is not None and later != older:
+                found[older] = later
     return found
 
 
-def _output_part(fact: MessageFacts, digest: str) -> int | None:
-    """The part number of the output with ``digest`` in a message (None: it holds none)."""
+def _output_part(fact: MessageFacts, digest: str, nth: int) -> int | None:
+    """The part number of the ``nth`` output with ``digest`` in a message (None: it holds
+    fewer)."""
     for number, candidate in zip(fact.outputs, fact.output_digests, strict=True):
         if candidate == digest:
-            return number
+            if not nth:
+                return number
+            nth -= 1
     return None
 
 

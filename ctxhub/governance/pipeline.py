@@ -94,6 +94,8 @@ def set_up(
     tokenizer = tokenizer_for(model)
     token_ids: dict[int, tuple[str, list[int]]] = {}
     prepared, source = _prepared(messages, facts, policy, cache, tokenizer, token_ids)
+    if policy.dedupe.enabled and policy.dedupe.keys:
+        prepared.reads.extend(prepared.facts, source, policy.dedupe.keys)
     input_facts = prepared.facts
     window_tokens = policy.context_window or context_window_tokens or context_window(model)
     if instructions is not None:

@@ -24,9 +24,16 @@ summarising it, so it should only do so when it must.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 Unit = Literal["tokens", "chars"]
 Strategy = Literal["head", "tail", "both"]
@@ -130,6 +137,9 @@ class Masking(_Model):
         return bool(self.keep_first or self.keep_last)
 
 
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
 class Dedupe(_Model):
     """Repeated reads: an older copy of an output the same tool returned again is replaced by a
     reference to the newest copy (which is sent whole), losing nothing."""
@@ -137,6 +147,15 @@ class Dedupe(_Model):
     enabled: bool = True
     min_tokens: int = Field(
         default=200, ge=0, description="Outputs of at most this many tokens are left alone."
+    )
+    keys: dict[Name, Annotated[tuple[Name, ...], Field(min_length=1, max_length=10)]] = Field(
+        default_factory=dict,
+        max_length=100,
+        description=(
+            "Tools whose reads of one thing supersede each other, by the arguments naming it: "
+            '{"read_file": ["path"]} makes a re-read of a path replace the older read, even '
+            "when the file changed in between."
+        ),
     )
 
 
@@ -185,7 +204,16 @@ class Window(_Model):
             "uncounted); None fills what the window aims at."
         ),
     )
-    keep_head: bool = Field(default=True, description="Keep the first run (co-cli).")
+    keep_head: bool = Field(
+        default=True, description="Keep the head: the first run (co-cli), or ``head``'s size."
+    )
+    head: Threshold | None = Field(
+        default=None,
+        description=(
+            "How much of the start the head keeps: its first messages or tokens (closed over "
+            "their tool calls' results); None keeps the first run, up to the first answer."
+        ),
+    )
     protected_tools: tuple[str, ...] = ("manage_todo_list",)
     keep_turn_aborted: bool = Field(
         default=True, description="Keep messages carrying a turn-aborted marker."

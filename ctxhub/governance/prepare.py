@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from .carried import Carry
 from .counting import MessageFacts, message_facts
 from .policy import Policy
+from .reads import OutputAt, Reads
 from .report import PartTotals, ReportCache
 from .steps.normalize import Normalized, Pairing
 from .tokens import Tokenizer
@@ -67,12 +68,14 @@ class Prepared:
     """Input indices of the first and last requests holding a tool output (None: none)."""
     calls_at: tuple[int, int] | None
     """Input indices of the first and last responses making a tool call (None: none)."""
-    newest_output: dict[str, int]
-    """Output digest → input index of the newest request holding that output."""
-    older_copies: list[tuple[int, str]]
-    """(input index, digest) of each output the same tool returned again later."""
+    newest_output: dict[str, OutputAt]
+    """Output digest → its newest copy."""
+    older_copies: list[tuple[OutputAt, OutputAt]]
+    """Each output the same tool returned again later, and its next copy."""
     tokens: int
     """Tokens of all the messages."""
+    reads: Reads
+    """Reads of one resource (``Dedupe.keys``), found as far as a call needed them."""
     reports: ReportCache
     """Message reports of earlier calls on this history, for the next report to reuse."""
     totals: PartTotals
@@ -354,11 +357,14 @@ def _prepared(
         if fact.request:
             if fact.outputs:
                 outputs_at = (position if outputs_at is None else outputs_at[0], position)
-            for digest in fact.output_digests:
+            digests = fact.output_digests
+            for at, digest in enumerate(digests):
+                # Which copy of the digest in this message: parallel calls may return one text.
+                copy = (position, digest, digests[:at].count(digest) if at else 0)
                 older = newest_output.get(digest)
                 if older is not None:
-                    older_copies.append((older, digest))
-                newest_output[digest] = position
+                    older_copies.append((older, copy))
+                newest_output[digest] = copy
         else:
             for name in fact.tool_names:
                 latest_call[name] = position
@@ -383,6 +389,7 @@ def _prepared(
         newest_output,
         older_copies,
         tokens,
+        previous.reads if taken and previous is not None else Reads(),
         reports,
         totals,
         extends=previous if taken else None,

@@ -159,7 +159,10 @@ def build(spec: Spec) -> list[ModelMessage]:
             if rng.random() < 0.4:
                 lead.append(TextPart("next step " * rng.randint(1, 15)))
             calls = [
-                ToolCallPart(rng.choice(TOOLS), {"path": f"f{next_id}.py"}, tool_call_id=new_id())
+                # Paths recur: a read of one supersedes an older read (``Dedupe.keys``).
+                ToolCallPart(
+                    rng.choice(TOOLS), {"path": f"f{next_id % 7}.py"}, tool_call_id=new_id()
+                )
                 for _ in range(rng.randint(1, spec.parallel))
             ]
             if rng.random() < broken / 2:

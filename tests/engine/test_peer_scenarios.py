@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance import Governor, count_tokens, govern
 from ctxhub.governance.steps.window import notice_omitted
-from tests.messages import reply, user, words
+from tests.messages import reply, tool_call, tool_result, user, words
 
 
 def _chat(turns: int) -> list[ModelMessage]:
@@ -134,3 +134,57 @@ def test_a_governor_without_a_notice_keeps_what_it_sent_between_cuts() -> None:
         previous = sent
     # 8 kept, a cut past 20 sent, 2 messages a turn: a cut every 7 turns.
     assert cuts == 3
+
+
+def test_a_head_of_n_messages_keeps_the_first_n_besides_the_kept_tail() -> None:
+    history = _chat(20)
+    policy = _tight(
+        1_000_000,
+        **_window(
+            keep_head=True,
+            head={"kind": "messages", "value": 4},
+            triggers=[{"kind": "messages", "value": 12}],
+            keep={"kind": "messages", "value": 6},
+        ),
+    )
+    governed = govern(history, policy, model=MODEL)
+    assert governed.messages[:4] == history[:4]
+    assert _conversation(governed.messages) == history[:4] + history[-6:]
+
+
+def test_a_head_in_tokens_keeps_the_leading_messages_that_fit() -> None:
+    history = _chat(20)
+    history[1] = reply(words(200, "plan"))
+    fits = count_tokens(history[:3], model=MODEL)  # the first run is two of them
+    policy = _tight(
+        1_000_000,
+        **_window(
+            keep_head=True,
+            head={"kind": "tokens", "value": fits + 5},
+            triggers=[{"kind": "messages", "value": 12}],
+            keep={"kind": "messages", "value": 6},
+        ),
+    )
+    governed = govern(history, policy, model=MODEL)
+    assert _conversation(governed.messages) == history[:3] + history[-6:]
+
+
+def test_a_head_cut_between_a_call_and_its_result_keeps_the_result() -> None:
+    history: list[ModelMessage] = [
+        user("start"),
+        tool_call("read_file", id="h1", path="PLAN.md"),
+        tool_result("read_file", "the plan", id="h1"),
+        reply("read it"),
+    ]
+    history += _chat(20)[1:]
+    policy = _tight(
+        1_000_000,
+        **_window(
+            keep_head=True,
+            head={"kind": "messages", "value": 2},
+            triggers=[{"kind": "messages", "value": 12}],
+            keep={"kind": "messages", "value": 6},
+        ),
+    )
+    governed = govern(history, policy, model=MODEL)
+    assert _conversation(governed.messages) == history[:3] + history[-6:]

@@ -145,6 +145,8 @@ def policies(draw: st.DrawFn) -> Policy:
                 "keep": draw(st.sampled_from([None, {"kind": "messages", "value": 6}])),
                 "notice": draw(st.sampled_from([DEFAULT_NOTICE, None])),
             },
+            # Every read names the same argument: each supersedes the one before.
+            "dedupe": {"keys": draw(st.sampled_from([{}, {"read": ["n"]}]))},
             "drop_groups": draw(st.booleans()),
             "shrink_newest": draw(st.booleans()),
         }
@@ -206,10 +208,21 @@ def long_policies(draw: st.DrawFn) -> Policy:
                 ),
                 "keep": draw(st.sampled_from([None, None, {"kind": "messages", "value": 20}])),
                 "keep_head": draw(st.integers(0, 4)) > 0,
+                "head": draw(
+                    st.sampled_from(
+                        [
+                            None,
+                            None,
+                            {"kind": "messages", "value": 3},
+                            {"kind": "tokens", "value": 800},
+                        ]
+                    )
+                ),
                 "keep_turn_aborted": draw(st.integers(0, 4)) > 0,
                 "protected_tools": draw(st.sampled_from([["manage_todo_list"], []])),
                 "notice": draw(st.sampled_from([DEFAULT_NOTICE, DEFAULT_NOTICE, None])),
             },
+            "dedupe": {"keys": draw(st.sampled_from([{}, {}, {"read": ["path"]}]))},
             "drop_groups": draw(st.integers(0, 3)) > 0,
             "shrink_newest": draw(st.integers(0, 3)) > 0,
         }
@@ -351,6 +364,18 @@ def removable_left(
             if first_text is not None
             else next((i for i, m in enumerate(history) if isinstance(m, ModelRequest)), None)
         )
+        if policy.window.head is not None:
+            # A sized head: its first messages, or the leading messages within its tokens.
+            assert policy.context_window is not None
+            kind, value = policy.window.head.resolve(policy.context_window)
+            head_end = value - 1
+            if kind == "tokens":
+                total, head_end = 0, -1
+                for at, message in enumerate(out):
+                    total += count_tokens([message], model=MODEL)
+                    if total > value or index[at] is None:
+                        break
+                    head_end = index[at]
         latest_protected = {
             max(i for i, m in enumerate(history) if name in _tool_names(m) and call_ids(m))
             for name in protected

@@ -7,6 +7,7 @@ PostgreSQL only (SQLite has no row locks), so not in the smoke run.
 from __future__ import annotations
 
 import threading
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -94,7 +95,7 @@ def test_no_change_governs_under_the_session_lock(alice: Any, probed: list[bool]
     ]
     # Each figure after is the session as governed right after the change: the next change's
     # figure before (nothing was appended in between).
-    for event, following in zip(events, events[1:], strict=False):
+    for event, following in pairwise(events):
         assert event.tokens_after == following.tokens_before
     session.refresh_from_db()
     assert events.last().tokens_after == services.governed_context(session).tokens  # type: ignore[union-attr]

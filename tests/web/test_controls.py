@@ -303,6 +303,15 @@ def test_save_stores_only_what_differs_audited(client: Client, alice: object, sm
     assert event.data["after"] == small.policy
 
 
+def test_a_silent_window_and_read_keys_are_saved(client: Client, alice: object, small: Any) -> None:
+    client.force_login(alice)
+    form = {**_form(client, small), "window.notice": "", "dedupe.keys": '{"read_file": ["path"]}'}
+    response = client.post(f"/sessions/{small.pk}/policy/save/", form)
+    assert response.status_code == 200
+    small.refresh_from_db()
+    assert small.policy == {"window": {"notice": None}, "dedupe": {"keys": {"read_file": ["path"]}}}
+
+
 @pytest.mark.parametrize(
     ("knob", "value", "message"),
     [
@@ -311,6 +320,8 @@ def test_save_stores_only_what_differs_audited(client: Client, alice: object, sm
         ("tool_output.strategy", "middle", "one of head, tail, both"),
         ("window.triggers", "[{", "JSON"),
         ("window.notice", "no placeholder", "{omitted}"),
+        ("dedupe.keys", '{"read_file": []}', "read_file: Tuple should have at least 1 item"),
+        ("dedupe.keys", '{"": ["path"]}', "String should have at least 1 character"),
         ("reserved_output_tokens", "10000000", "leaves no room for history"),
     ],
 )

@@ -34,6 +34,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from .._work import Work
 from ..counting import MARK, message_tokens, window_notice
+from ..policy import Threshold
 
 CARRY_BELOW_CUT = 1_024
 """How many positions below where the walk stopped the next call is offered, at least (see
@@ -62,13 +63,18 @@ def build_notice(work: Work, omitted: int, timestamp: datetime) -> ModelRequest 
 
 
 def find_head_end(work: Work) -> int:
-    """Last position of the head (-1 for none): the first run, or just the first request."""
-    if not work.policy.window.keep_head:
+    """Last position of the head (-1 for none): the first run, or the size the policy gives it,
+    or just the first request."""
+    policy = work.policy.window
+    if not policy.keep_head:
         return -1
-    first_text = work.landmarks.first_text
-    # Without a text response yet, the head is the first request: governing an output whose
-    # head was cut to its first request must find that same head again.
-    end = _first_request(work) if first_text is None else first_text
+    if policy.head is not None:
+        end = _sized_head(work, policy.head)
+    else:
+        first_text = work.landmarks.first_text
+        # Without a text response yet, the head is the first request: governing an output
+        # whose head was cut to its first request must find that same head again.
+        end = _first_request(work) if first_text is None else first_text
     end = min(end, work.turn_start - 1)
     if end < 0:
         return -1
@@ -79,6 +85,21 @@ def find_head_end(work: Work) -> int:
     if head_tokens > work.budget_limit // 2:
         first = next((p for p in range(end + 1) if work.facts[p].request), -1)
         end = _close_head(work, first)
+    return end
+
+
+def _sized_head(work: Work, head: Threshold) -> int:
+    """The last position of a head of ``head``'s messages, or of the leading messages that fit
+    its tokens."""
+    kind, value = head.resolve(work.window_tokens)
+    if kind == "messages":
+        return min(value, len(work.facts)) - 1
+    end, total = -1, 0
+    for position in range(min(work.turn_start, len(work.facts))):
+        total += work.materialise(position)
+        if total > value:
+            break
+        end = position
     return end
 
 

@@ -54,7 +54,7 @@ def _partition_policy(
         tool_output={"limit": None},
         text={"limit": None},
         eviction={"threshold_tokens": None},
-        masking={"keep_first": 0, "keep_last": 0},
+        masking={"apply": "never"},
         dedupe={"enabled": False},
         drop_groups=False,
         shrink_newest=False,

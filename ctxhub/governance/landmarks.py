@@ -76,8 +76,10 @@ def duplicates(
         if part in removed or position is None:
             return None
         # Copies of the same text repair removed before it no longer count.
-        digests = dict(zip(fact.outputs, fact.output_digests, strict=True))
-        gone = sum(1 for r in removed if r < part and digests.get(r) == digest)
+        gone = 0
+        if removed:
+            digests = dict(zip(fact.outputs, fact.output_digests, strict=True))
+            gone = sum(1 for r in removed if r < part and digests.get(r) == digest)
         number = _output_part(facts[position], digest, nth - gone)
         return None if number is None else (position, number)
 

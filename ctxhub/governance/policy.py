@@ -38,7 +38,7 @@ from pydantic import (
 Unit = Literal["tokens", "chars"]
 Strategy = Literal["head", "tail", "both"]
 Scope = Literal["older", "all"]
-Apply = Literal["always", "over_budget"]
+Apply = Literal["always", "over_budget", "never"]
 
 # A truncation indicator alone takes about 30 tokens; a limit must leave room for content.
 MIN_TRUNCATION_TOKENS = 64
@@ -128,13 +128,22 @@ class Masking(_Model):
     """Observation masking: keep the first N and last M tool results, mask the middle."""
 
     keep_first: int = Field(default=2, ge=0)
-    keep_last: int = Field(default=5, ge=0)
-    apply: Apply = "over_budget"
+    keep_last: int = Field(
+        default=5,
+        ge=0,
+        description=(
+            "0 masks every older result: the results of the newest exchange (what the model "
+            "just asked for) are never masked."
+        ),
+    )
+    apply: Apply = Field(
+        default="over_budget",
+        description="When to mask: always, only when the history is over budget, or never.",
+    )
 
     @property
     def enabled(self) -> bool:
-        """Both 0 disables masking (Duragent)."""
-        return bool(self.keep_first or self.keep_last)
+        return self.apply != "never"
 
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]

@@ -32,7 +32,7 @@ def _off(**overrides: Any) -> dict[str, Any]:
         "tool_output": {"limit": None},
         "text": {"limit": None},
         "eviction": {"threshold_tokens": None},
-        "masking": {"keep_first": 0, "keep_last": 0},
+        "masking": {"apply": "never"},
         "window": {"enabled": False},
         "drop_groups": False,
         "shrink_newest": False,

@@ -188,3 +188,24 @@ def test_a_head_cut_between_a_call_and_its_result_keeps_the_result() -> None:
     )
     governed = govern(history, policy, model=MODEL)
     assert _conversation(governed.messages) == history[:3] + history[-6:]
+
+
+def test_keeping_no_result_masks_every_older_one_but_what_the_model_just_asked_for() -> None:
+    # Anthropic's clear_tool_uses with keep 0: every older result is cleared, the calls stay.
+    history: list[ModelMessage] = [user("look at both files")]
+    for n in range(3):
+        history += [
+            tool_call("read_file", id=f"c{n}", path=f"f{n}.py"),
+            tool_result("read_file", words(300, f"file{n}"), id=f"c{n}"),
+        ]
+    policy = _tight(
+        1_000_000, **_off(masking={"keep_first": 0, "keep_last": 0, "apply": "always"})
+    )
+    governed = govern(history, policy, model=MODEL)
+    contents = [m.parts[0].content for m in governed.messages[2::2]]  # type: ignore[union-attr]
+    assert [c.startswith("[result masked") for c in contents] == [True, True, False]
+    # Once the model answered, the newest results are older too.
+    history += [reply("both read"), user("thanks")]
+    governed = govern(history, policy, model=MODEL)
+    contents = [m.parts[0].content for m in governed.messages[2:7:2]]  # type: ignore[union-attr]
+    assert all(c.startswith("[result masked") for c in contents)

@@ -102,10 +102,12 @@ def test_zero_or_none_disables() -> None:
         {
             "tool_output": {"limit": 0},
             "eviction": {"threshold_tokens": None},
-            "masking": {"keep_first": 0, "keep_last": 0},
+            "masking": {"apply": "never"},
             "history_cap_tokens": 0,
         }
     )
     assert not policy.tool_output.enabled
     assert not policy.eviction.enabled
     assert not policy.masking.enabled
+    # Keeping no result masks every older one.
+    assert Policy.model_validate({"masking": {"keep_first": 0, "keep_last": 0}}).masking.enabled

@@ -137,7 +137,7 @@ def policies(draw: st.DrawFn) -> Policy:
             "masking": {
                 "keep_first": draw(st.integers(0, 2)),
                 "keep_last": draw(st.integers(0, 3)),
-                "apply": draw(st.sampled_from(["always", "over_budget"])),
+                "apply": draw(st.sampled_from(["always", "over_budget", "never"])),
             },
             "window": {
                 "enabled": draw(st.booleans()),
@@ -192,7 +192,7 @@ def long_policies(draw: st.DrawFn) -> Policy:
             "masking": {
                 "keep_first": draw(st.integers(0, 2)),
                 "keep_last": draw(st.integers(0, 5)),
-                "apply": draw(st.sampled_from(["always", "over_budget"])),
+                "apply": draw(st.sampled_from(["always", "over_budget", "never"])),
             },
             "window": {
                 "enabled": draw(st.integers(0, 4)) > 0,

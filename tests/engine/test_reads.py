@@ -92,7 +92,7 @@ def test_a_governor_supersedes_as_the_history_grows() -> None:
         context_window=3_000,
         reserved_output_tokens=0,
         hysteresis={"enabled": True},
-        masking={"keep_first": 0, "keep_last": 0},
+        masking={"apply": "never"},
     )
     governor = Governor(policy, model=MODEL)
     history: list[ModelMessage] = [user("fix the parser")]

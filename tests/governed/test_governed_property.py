@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.smoke]
 POLICIES = [
     SMALL_POLICY,
     {**SMALL_POLICY, "eviction": {"threshold_tokens": 300, "preview_chars": 200}},
-    {**SMALL_POLICY, "masking": {"keep_first": 0, "keep_last": 0}, "window": {"keep_head": False}},
+    {**SMALL_POLICY, "masking": {"apply": "never"}, "window": {"keep_head": False}},
+    {**SMALL_POLICY, "masking": {"keep_first": 0, "keep_last": 0, "apply": "always"}},
 ]
 
 append = st.tuples(

@@ -36,6 +36,22 @@ def _results(work: Work, wanted: int, *, backward: bool) -> list[tuple[int, int]
     return found
 
 
+def _newest_exchange(work: Work) -> int:
+    """How many results the newest exchange holds: those after the latest response that made
+    calls, when the history ends with them."""
+    facts, kept = work.facts, work.kept
+    count = 0
+    for position in range(len(facts) - 1, -1, -1):
+        fact = facts[position]
+        if not fact.request:
+            return count if fact.call_ids else 0
+        if fact.user_prompt:
+            return 0
+        if kept[position]:
+            count += len(fact.outputs)
+    return 0
+
+
 def mask(work: Work) -> None:
     """Plan masking of the middle tool results (all but the first N and last M).
 
@@ -45,10 +61,13 @@ def mask(work: Work) -> None:
     """
     policy = work.policy.masking
     first = _results(work, policy.keep_first + 1, backward=False)
-    last = _results(work, policy.keep_last + 1, backward=True)
-    if len(first) <= policy.keep_first or len(last) <= policy.keep_last:
+    # The results of the newest exchange are the model's to read now: never all masked.
+    newest = _newest_exchange(work)
+    last = _results(work, max(policy.keep_last, newest) + 1, backward=True)
+    keep_last = max(policy.keep_last, newest)
+    if len(first) <= policy.keep_first or len(last) <= keep_last:
         return
-    low, high = first[policy.keep_first], last[policy.keep_last]
+    low, high = first[policy.keep_first], last[keep_last]
     if low > high:
         return
     work.mask_span = (*low, *high)

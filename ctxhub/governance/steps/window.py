@@ -90,12 +90,15 @@ def find_head_end(work: Work) -> int:
 
 def _sized_head(work: Work, head: Threshold) -> int:
     """The last position of a head of ``head``'s messages, or of the leading messages that fit
-    its tokens."""
+    its tokens; it ends before an earlier cut's notice (governing an output again must find
+    the same head, not one reaching across the cut)."""
     kind, value = head.resolve(work.window_tokens)
+    notices = work.landmarks.notices
+    stop = min(work.turn_start, len(work.facts), notices[0] if notices else len(work.facts))
     if kind == "messages":
-        return min(value, len(work.facts)) - 1
+        return min(value, stop) - 1
     end, total = -1, 0
-    for position in range(min(work.turn_start, len(work.facts))):
+    for position in range(stop):
         total += work.materialise(position)
         if total > value:
             break

@@ -1,0 +1,41 @@
+"""Data migrations keep what stored rows meant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from ctxhub.governance import Policy
+from sessions.models import AgentSession
+from tests.factories import make_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE, AFTER = ("agent_sessions", "0006_api_keys"), ("agent_sessions", "0007_masking_off_is_never")
+
+
+def _migrate(target: tuple[str, str]) -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate([target])
+
+
+def test_masking_turned_off_by_keeping_nothing_stays_off(alice: Any) -> None:
+    off = make_session(alice, title="off")
+    some = make_session(alice, title="some")
+    _migrate(BEFORE)
+    AgentSession.objects.filter(pk=off.pk).update(
+        policy={"masking": {"keep_first": 0, "keep_last": 0}, "safety_margin": 0.2}
+    )
+    AgentSession.objects.filter(pk=some.pk).update(policy={"masking": {"keep_first": 0}})
+    _migrate(AFTER)
+    off.refresh_from_db()
+    some.refresh_from_db()
+    assert off.policy == {
+        "masking": {"keep_first": 0, "keep_last": 0, "apply": "never"},
+        "safety_margin": 0.2,
+    }
+    assert not Policy.model_validate(off.policy).masking.enabled
+    assert some.policy == {"masking": {"keep_first": 0}}

@@ -198,9 +198,7 @@ def test_keeping_no_result_masks_every_older_one_but_what_the_model_just_asked_f
             tool_call("read_file", id=f"c{n}", path=f"f{n}.py"),
             tool_result("read_file", words(300, f"file{n}"), id=f"c{n}"),
         ]
-    policy = _tight(
-        1_000_000, **_off(masking={"keep_first": 0, "keep_last": 0, "apply": "always"})
-    )
+    policy = _tight(1_000_000, **_off(masking={"keep_first": 0, "keep_last": 0, "apply": "always"}))
     governed = govern(history, policy, model=MODEL)
     contents = [m.parts[0].content for m in governed.messages[2::2]]  # type: ignore[union-attr]
     assert [c.startswith("[result masked") for c in contents] == [True, True, False]

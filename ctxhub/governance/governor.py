@@ -38,7 +38,7 @@ from .pipeline import (
 )
 from .plans import Plan, State, fresh_plan, plan_holds, plan_of, replay
 from .policy import LARGEST, Policy
-from .prepare import WorkCache
+from .prepared import WorkCache
 
 
 class GovernorState(State):

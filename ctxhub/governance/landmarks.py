@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ._work import Landmarks
 from .counting import MessageFacts
-from .prepare import Prepared
+from .prepared import Prepared
 from .reads import OutputAt
 from .steps.normalize import Normalized
 

@@ -28,7 +28,8 @@ from .governed import Acted, Governed, ToolDefinitions, tool_definition_tokens
 from .landmarks import current_turn, duplicates, landmarks
 from .names import Detail, StepName
 from .policy import Policy
-from .prepare import Prepared, WorkCache, newest_ids, prepare, prepare_stored, truncated_above
+from .prepare import newest_ids, prepare, prepare_stored, truncated_above
+from .prepared import Prepared, WorkCache
 from .steps.dedupe import dedupe
 from .steps.drop_groups import drop_groups
 from .steps.mask import mask, masked_count

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 
 from pydantic_ai.messages import ModelMessage
 
-from ._work import Messages, Work
+from ._work import Work
+from .positions import Messages
 from .steps.normalize import Repaired
 
 

@@ -3,8 +3,8 @@ window's landmarks, repeated outputs and where the current turn starts."""
 
 from __future__ import annotations
 
-from ._work import Landmarks
 from .counting import MessageFacts
+from .positions import Landmarks
 from .prepared import Prepared
 from .reads import OutputAt
 from .steps.normalize import Normalized

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pydantic_ai.messages import ModelMessage
 
-from ._work import Landmarks, Messages, Work
+from ._work import Work
 from .assemble import assemble
 from .carried import Carry
 from .carry import carry_of, over_with_caps, seed
@@ -28,6 +28,7 @@ from .governed import Acted, Governed, ToolDefinitions, tool_definition_tokens
 from .landmarks import current_turn, duplicates, landmarks
 from .names import Detail, StepName
 from .policy import Policy
+from .positions import Landmarks, Messages
 from .prepare import newest_ids, prepare, prepare_stored, truncated_above
 from .prepared import Prepared, WorkCache
 from .steps.dedupe import dedupe

@@ -16,8 +16,8 @@ from hashlib import blake2b
 
 from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
-from ._work import Messages
 from .counting import MessageFacts
+from .positions import Messages
 
 Keys = Mapping[str, Sequence[str]]
 """Tool name → the arguments naming what it reads."""

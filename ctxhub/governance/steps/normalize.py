@@ -45,7 +45,6 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from .._work import Messages
 from ..counting import (
     MessageFacts,
     Part,
@@ -56,6 +55,7 @@ from ..counting import (
     result_call_id,
 )
 from ..parts import rebuilt
+from ..positions import Messages
 from ..tokens import Tokenizer
 
 _AFTER_ANY = 1 << 62

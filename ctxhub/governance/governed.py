@@ -14,7 +14,8 @@ from pydantic_core import to_json
 from ._work import Work
 from .counting import MessageFacts
 from .names import Detail, StepName
-from .report import ContextReport, PartTotals, ReportCache, build_report
+from .report import ContextReport, PartTotals, ReportCache
+from .reporting import build_report
 from .steps.normalize import Normalized
 from .tokens import Tokenizer
 

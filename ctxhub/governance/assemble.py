@@ -9,7 +9,7 @@ from pydantic_ai.messages import ModelMessage
 
 from ._work import Work
 from .positions import Messages
-from .steps.normalize import Repaired
+from .steps.repaired import Repaired
 
 
 def assemble(work: Work) -> list[ModelMessage]:

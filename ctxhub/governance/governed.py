@@ -16,7 +16,7 @@ from .counting import MessageFacts
 from .names import Detail, StepName
 from .report import ContextReport, PartTotals, ReportCache
 from .reporting import build_report
-from .steps.normalize import Normalized
+from .steps.repaired import Normalized
 from .tokens import Tokenizer
 
 Acted = Literal["start", "edited", "high_water", "over_budget", "trigger"]

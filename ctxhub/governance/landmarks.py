@@ -7,7 +7,7 @@ from .counting import MessageFacts
 from .positions import Landmarks
 from .prepared import Prepared
 from .reads import OutputAt
-from .steps.normalize import Normalized
+from .steps.repaired import Normalized
 
 
 def landmarks(prepared: Prepared, normalized: Normalized) -> Landmarks:

@@ -34,7 +34,8 @@ from .prepared import Prepared, WorkCache
 from .steps.dedupe import dedupe
 from .steps.drop_groups import drop_groups
 from .steps.mask import mask, masked_count
-from .steps.normalize import Normalized, normalize
+from .steps.normalize import normalize
+from .steps.repaired import Normalized
 from .steps.shrink import shrink
 from .steps.window import window
 from .tokens import Tokenizer, context_window, instructions_of, tokenizer_for

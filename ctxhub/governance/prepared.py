@@ -14,7 +14,8 @@ from .carried import Carry
 from .counting import MessageFacts
 from .reads import OutputAt, Reads
 from .report import PartTotals, ReportCache
-from .steps.normalize import Normalized, Pairing
+from .steps.normalize import Pairing
+from .steps.repaired import Normalized
 
 if TYPE_CHECKING:
     from .governed import Governed

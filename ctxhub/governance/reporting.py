@@ -29,7 +29,7 @@ from .report import ContextReport, MessageReport, PartTotals, RepairedEntry, Rep
 if TYPE_CHECKING:
     from ._work import Work
     from .parts import Transform
-    from .steps.normalize import Normalized
+    from .steps.repaired import Normalized
 
 
 def _moved_away(normalized: Normalized) -> dict[int, frozenset[int]]:

@@ -55,7 +55,8 @@ __all__ = [
     "tool_definition_tokens",
 ]
 
-# Compaction, the fact ledger, manual commands, overflow recovery and models by name.
+# Compaction, the fact ledger, manual commands, overflow recovery, models by name, and the
+# providers' tool-call pairing rule.
 from .commands import (
     Command,
     CommandResult,
@@ -72,6 +73,7 @@ from .draft import SummaryDraft
 from .ledger import Ledger, LedgerItem, extract_ledger, reconcile
 from .llm import ModelChoice, is_offline, resolve_model
 from .recovery import OverflowRecovery, RecoveryEvent, is_context_overflow
+from .steps.normalize import pairing_problems
 from .summaries import is_summary
 
 __all__ += [
@@ -95,6 +97,7 @@ __all__ += [
     "is_context_overflow",
     "is_offline",
     "is_summary",
+    "pairing_problems",
     "parse_command",
     "plan_compaction",
     "reconcile",

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
 from pydantic_ai.messages import (
     ModelMessage,
 )
 
-from ctxhub.governance import Governed, Governor, Policy
-from ctxhub.governance.steps.normalize import Pairing
+from ctxhub.governance import Governed, Governor, MessageReport, Policy
 
 MODEL = "openai:gpt-4o"
 
@@ -45,19 +41,42 @@ def _contents(messages: list[ModelMessage]) -> list[Any]:
     return [getattr(p, "content", None) for m in messages for p in m.parts]
 
 
-@contextmanager
-def carried_lengths() -> Iterator[list[int]]:
-    """How many messages the pairing each ``govern`` call started from had already seen: 0
-    when it started over, the previous history's length when it extended that one."""
-    seen: list[int] = []
-    extended = Pairing.extended
+def reports_carried(before: Governed, after: Governed) -> tuple[int, int]:
+    """Of the input messages ``after`` reports as ``before`` did, sent whole or left out by the
+    window: how many there are, and how many of ``after``'s reports of them are ``before``'s own
+    objects.
 
-    def spy(self: Pairing, facts: Sequence[Any], *, in_place: bool = False) -> Pairing:
-        seen.append(self.length)
-        return extended(self, facts, in_place=in_place)
+    A Governor governing a history that extends the one it governed last (the same messages,
+    new ones appended) takes over what it worked out for it, the message reports too: a message
+    reported as before keeps its report. A call that starts over builds every report afresh.
+    ``before``'s report must be read before ``after``'s (it is read here first if it was not).
 
-    with mock.patch.object(Pairing, "extended", spy):
-        yield seen
+    Requests holding only tool results are left out when dropped: pair repair may have emptied
+    one, and such a request is reported afresh on every call.
+    """
+    earlier = {m.index: m for m in before.report.messages if m.index is not None}
+    alike = reused = 0
+    for message in after.report.messages:
+        old = earlier.get(message.index) if message.index is not None else None
+        if old is None or old != message or not _whole_or_windowed(message):
+            continue
+        alike += 1
+        reused += message is old
+    return alike, reused
+
+
+def _whole_or_windowed(message: MessageReport) -> bool:
+    """Whether a message is sent with every part as it is, or left out by the window (and not
+    a request pair repair may have emptied)."""
+    actions = {part.action for part in message.parts}
+    if message.kept:
+        return actions <= {"kept"}
+    results = {"tool-return", "retry-prompt"}
+    return (
+        message.zone == "middle"
+        and actions == {"dropped"}
+        and (message.kind == "response" or any(p.part_kind not in results for p in message.parts))
+    )
 
 
 def rebuilt(governor: Governor) -> Governor:

@@ -1,55 +1,143 @@
-"""A reference ``ContextReport``: built message by message from the message objects themselves,
-with none of the engine's shortcuts (facts for part kinds, cached reports, stretches reported in
-bulk, the masked results counted from facts). A governed report must equal it."""
+"""A reference ``ContextReport``: built message by message from what a caller holds — the input
+messages, their pair repair as providers must receive them, and the governed request — with
+none of the engine's shortcuts (facts for part kinds, cached reports, stretches reported in
+bulk, the masked results counted from facts). A governed report must equal it.
+
+What each part became is read from the request itself: a part sent as it was is kept, one
+governance rewrote carries its note (evicted, masked, a reference to a repeated output) or,
+without one, was truncated; tokens after are counted on what is sent. Where the head ends, where
+the window's cut put the tail and which results masking replaced are read from the state of the
+Governor that governed the request (``Governor.state()``), when the caller gives it.
+
+What governance decided and nothing given shows is taken from the report and checked: which
+messages are sent (they must be the request's, in order), where the head ends and the tail
+starts without a state (every zone must follow from those two and the pins), how many results
+masking replaced without a state and a policy (at least those replaced in the request, at most
+those and every result left out or too small to replace), and, when both ran, how the truncated
+parts divide between the caps and the last-resort shrink (together they must account for every
+truncated part and its tokens).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from provider_rules import provider_violations
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from ctxhub.governance import Governed
-from ctxhub.governance._work import Work
-from ctxhub.governance.counting import message_facts
-from ctxhub.governance.names import StepName
-from ctxhub.governance.parts import PartState
-from ctxhub.governance.report import ContextReport, MessageReport, PartReport
+from ctxhub.governance import (
+    ContextReport,
+    Governed,
+    MessageReport,
+    PartReport,
+    Policy,
+)
+from ctxhub.governance.counting import MARK, message_facts, window_notice
+from ctxhub.governance.steps.normalize import normalize
+from ctxhub.governance.tokens import tokenizer_for
+
+TRUNCATED = "truncated by a cap or the shrink"
+"""The tally of truncated parts: a part does not say which step cut it."""
 
 
-def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str, Any]:
+def reference_report(
+    governed: Governed,
+    inputs: list[ModelMessage],
+    *,
+    pinned: frozenset[int] | None = None,
+    state: dict[str, Any] | None = None,
+    policy: Policy | None = None,
+) -> dict[str, Any]:
     """``governed.report.model_dump()`` as the straightforward algorithm builds it.
 
-    The governed history it reports on must be one a provider accepts, whatever governance
-    dropped after pair repair (window, iteration groups).
+    ``pinned`` (input indices) are the pins the request was governed with; without them, the
+    messages the report says are pinned are taken as pinned (and must be sent as they were).
+    ``state`` is that of the Governor whose first request ``governed`` is, and ``policy`` its
+    policy. The governed history must be one a provider accepts, whatever governance dropped
+    after pair repair (window, iteration groups).
     """
     problems = provider_violations(governed.messages)
     assert not problems, problems
-    work: Work = governed._work
-    normalized = governed._normalized
-    tally: dict[StepName, list[int]] = {}
+    report = governed.report
+    tokenizer = tokenizer_for(report.model)
+    assert (tokenizer.encoding_name, tokenizer.exact) == (report.encoding, report.exact)
+    facts = [message_facts(message, tokenizer) for message in inputs]
+    # Pair repair as providers must receive the history: position -> input index (None for a
+    # message it added) and the repaired message.
+    repaired = normalize(inputs, facts, tokenizer, (policy or Policy()).dangling_call_text)
+    index = list(repaired.index)
+    base = [repaired.messages[position] for position in range(len(index))]
+    size = len(index)
+    positions_of = {i: p for p, i in enumerate(index) if i is not None}
 
-    # A late result pair repair moved is the input's own part object in a message that did not
-    # hold it (synthetic results are new objects): reported "moved" where it went, with its
-    # tokens, and where it came from, with none. A move loses no token.
-    input_parts = {id(p) for message in inputs for p in message.parts}
+    # The report's entries in input order, each message pair repair added after the one
+    # before it (the window notice aside).
+    order: list[tuple[int | None, int | None]] = []
+    for i in range(len(inputs)):
+        position = positions_of.get(i)
+        order.append((i, position))
+        if position is not None:
+            following = position + 1
+            while following < size and index[following] is None:
+                order.append((None, following))
+                following += 1
+    entries = [entry for entry in report.messages if not _is_notice_entry(entry)]
+    assert [entry.index for entry in entries] == [i for i, _ in order]
+    decided = {p: entry for entry, (_, p) in zip(entries, order, strict=True) if p is not None}
 
-    def arrived(position: int) -> set[int]:
-        index = work.index[position]
-        own = {id(p) for p in inputs[index].parts} if index is not None else set()
-        return {
-            number
-            for number, p in enumerate(work.base[position].parts)
-            if id(p) in input_parts and id(p) not in own
-        }
+    # The messages sent: the kept positions in order, and the notice of this request.
+    sent = governed.messages
+    repaired_ids = {id(message) for message in base}
+    notices = [
+        k
+        for k, message in enumerate(sent)
+        if window_notice(message) is not None and id(message) not in repaired_ids
+    ]
+    assert len(notices) <= 1, notices
+    notice_k = notices[0] if notices else None
+    kept_positions = [p for p in range(size) if decided[p].kept]
+    sent_kept = [message for k, message in enumerate(sent) if k != notice_k]
+    assert len(kept_positions) == len(sent_kept), (kept_positions, len(sent_kept))
+    out = dict(zip(kept_positions, sent_kept, strict=True))
+    for position, message in out.items():
+        assert _same_shape(base[position], message), (position, base[position], message)
 
-    moved = {
-        id(work.base[position].parts[number])
-        for position in range(len(work.index))
-        for number in arrived(position)
-    }
+    # Zones: the pins, and the head and the tail as the report draws them.
+    if pinned is not None:
+        pins = {p for p, i in enumerate(index) if i is not None and i in pinned}
+    else:
+        pins = {p for p, entry in decided.items() if entry.zone == "pinned"}
+    for position in pins:
+        assert position in out, position
+        assert out[position] == base[position], position
+    zones = {p: entry.zone for p, entry in decided.items() if p not in pins}
+    head_end = max((p for p, z in zones.items() if z == "head"), default=-1)
+    tail_start = min((p for p, z in zones.items() if z == "tail"), default=size)
+    plan = state["plan"] if state is not None else None
+    if plan is not None:
+        # The Governor's first request: its plan is that request's (see ``Plan``).
+        assert state is not None
+        assert state["size"] == len(inputs)
+        head_end = plan["head_end"]
+        if plan["cut"] is not None:
+            tail_start = plan["cut"]
 
-    def add(step: StepName | None, before: int, after: int) -> None:
+    def zone(position: int) -> Any:
+        if position in pins:
+            return "pinned"
+        if position <= head_end:
+            return "head"
+        if position >= tail_start:
+            return "tail"
+        return "middle"
+
+    # Only the window drops between the head and the tail; iteration groups go from the tail.
+    def drop_step(position: int) -> str:
+        return "window" if head_end < position < tail_start else "drop_groups"
+
+    tally: dict[str, list[int]] = {}
+
+    def add(step: str | None, before: int, after: int) -> None:
         if step is not None:
             totals = tally.setdefault(step, [0, 0])
             totals[0] += 1
@@ -65,24 +153,26 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
             ref=ref,
         )
 
-    def state_report(p: Any, state: PartState, kept: bool, drop: StepName | None) -> PartReport:
-        if not kept:
-            add(drop, state.tokens_before, 0)
-            return part(p, "dropped", state.tokens_before, 0)
-        add(state.step, state.tokens_before, state.tokens_after)
-        return part(p, state.action, state.tokens_before, state.tokens_after, state.ref)
+    # A late result pair repair moved is the input's own part object in a message that did not
+    # hold it (synthetic results are new objects): reported "moved" where it went, with its
+    # tokens, and where it came from, with none. A move loses no token.
+    input_parts = {id(p) for message in inputs for p in message.parts}
 
-    def moved_report(
-        p: Any, count: int, state: PartState, kept: bool, drop: StepName | None
-    ) -> PartReport:
-        if not kept:
-            add(drop, count, 0)
-            return part(p, "dropped", count, 0)
-        if state.action == "synthesized":  # no step after pair repair changed it
-            add("normalize", count, count)
-            return part(p, "moved", count, count)
-        add(state.step, count, state.tokens_after)
-        return part(p, state.action, count, state.tokens_after, state.ref)
+    def own_number(position: int, p: Any) -> int | None:
+        i = index[position]
+        if i is None:
+            return None
+        return next((n for n, q in enumerate(inputs[i].parts) if q is p), None)
+
+    moved = {
+        id(p)
+        for position in range(size)
+        for p in base[position].parts
+        if id(p) in input_parts and own_number(position, p) is None
+    }
+    evicted_refs: list[str] = []
+    masked_sent = 0
+    maskable_unmasked = 0
 
     def removed_report(p: Any, count: int) -> PartReport:
         if id(p) in moved:
@@ -90,83 +180,97 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
         add("normalize", count, 0)
         return part(p, "dropped", count, 0)
 
-    def zone(position: int) -> Any:
-        if position in work.pinned_positions:
-            return "pinned"
-        if position <= work.head_end:
-            return "head"
-        if position >= work.tail_start:
-            return "tail"
-        return "middle"
+    def part_report(position: int, number: int) -> PartReport:
+        nonlocal masked_sent, maskable_unmasked
+        p = base[position].parts[number]
+        origin = own_number(position, p)
+        count = message_facts(base[position], tokenizer).part_tokens[number]
+        if origin is not None:
+            before = facts[index[position]].part_tokens[origin]  # type: ignore[index]
+        elif id(p) in input_parts:
+            before = count  # moved here: its own tokens
+        else:
+            before = 0  # synthesized: nothing was there
+        maskable = number in message_facts(base[position], tokenizer).maskable
+        if position not in out:
+            maskable_unmasked += maskable
+            add(drop_step(position), before, 0)
+            return part(p, "dropped", before, 0)
+        sent_message = out[position]
+        now = sent_message.parts[number]
+        after = message_facts(sent_message, tokenizer).part_tokens[number]
+        if now is p or now == p:
+            maskable_unmasked += maskable
+            if origin is not None:
+                assert before == after
+                return part(p, "kept", before, after)
+            if id(p) in input_parts:
+                add("normalize", before, after)
+                return part(p, "moved", before, after)
+            add("normalize", before, after)
+            return part(p, "synthesized", before, after)
+        action, step, ref = _rewritten(now)
+        if ref is not None:
+            evicted_refs.append(ref)
+        masked_sent += action == "masked"
+        add(step, before, after)
+        return part(p, action, before, after, ref)
 
-    def message_report(position: int, message: ModelMessage, input_index: int | None) -> Any:
-        kept = bool(work.kept[position])
-        states = work.states_of(position)
-        drop = work.dropped_by.get(position)
-        by_origin = {s.origin: s for s in states if s.origin is not None}
-        removed = normalized.removed.get(input_index, ()) if input_index is not None else ()
+    def message_report(position: int) -> MessageReport:
+        i = index[position]
+        message = base[position]
         parts = []
-        if input_index is not None:
-            for number, p in enumerate(message.parts):
-                count = message_facts(message, work.tokenizer).part_tokens[number]
-                if number in removed:
+        if i is not None:
+            here = {id(p): n for n, p in enumerate(message.parts)}
+            counts = facts[i].part_tokens
+            for p, count in zip(inputs[i].parts, counts, strict=True):
+                number = here.get(id(p))
+                if number is None:
                     parts.append(removed_report(p, count))
                 else:
-                    parts.append(state_report(p, by_origin[number], kept, drop))
-        here = work.base[position]
-        came = arrived(position)
-        for number, (state, p) in enumerate(zip(states, here.parts, strict=True)):
-            if state.origin is None:
-                if number in came:
-                    count = message_facts(here, work.tokenizer).part_tokens[number]
-                    parts.append(moved_report(p, count, state, kept, drop))
-                else:
-                    parts.append(state_report(p, state, kept, drop))
-        before = message_facts(message, work.tokenizer).tokens if input_index is not None else 0
+                    parts.append(part_report(position, number))
+        for number, p in enumerate(message.parts):
+            if own_number(position, p) is None:
+                parts.append(part_report(position, number))
+        kept = position in out
         return MessageReport(
-            index=work.index[position],
-            kind=message.kind,
+            index=i,
+            kind=(inputs[i] if i is not None else message).kind,
             zone=zone(position),
             kept=kept,
-            tokens_before=before,
-            tokens_after=work.tokens[position] if kept else 0,
+            tokens_before=facts[i].tokens if i is not None else 0,
+            tokens_after=message_facts(out[position], tokenizer).tokens if kept else 0,
             parts=parts,
         )
 
     reports: list[MessageReport] = []
-    positions_of = {i: p for p, i in enumerate(work.index) if i is not None}
-    notice_at = None
-    for index, message in enumerate(inputs):
-        position = positions_of.get(index)
+    for i, position in order:
         if position is None:
-            counts = message_facts(message, work.tokenizer).part_tokens
-            parts = [removed_report(p, t) for p, t in zip(message.parts, counts, strict=True)]
+            assert i is not None
+            counts = zip(inputs[i].parts, facts[i].part_tokens, strict=True)
             reports.append(
                 MessageReport(
-                    index=index,
-                    kind=message.kind,
+                    index=i,
+                    kind=inputs[i].kind,
                     zone="middle",
                     kept=False,
-                    tokens_before=message_facts(message, work.tokenizer).tokens,
+                    tokens_before=facts[i].tokens,
                     tokens_after=0,
-                    parts=parts,
+                    parts=[removed_report(p, count) for p, count in counts],
                 )
             )
-            continue
-        if position == work.notice_before:
-            notice_at = len(reports)
-        reports.append(message_report(position, message, index))
-        following = position + 1
-        while following < len(work.index) and work.index[following] is None:
-            if following == work.notice_before:
-                notice_at = len(reports)
-            reports.append(message_report(following, work.base[following], None))
-            following += 1
-    if work.notice is not None:
-        tokens = message_facts(work.notice, work.tokenizer).tokens
+        else:
+            reports.append(message_report(position))
+    if notice_k is not None:
+        notice = sent[notice_k]
+        tokens = message_facts(notice, tokenizer).tokens
         add("window", 0, -tokens)
+        # It goes right before the first message sent after it.
+        at = len(reports)
+        if notice_k < len(kept_positions):
+            at = next(k for k, (_, p) in enumerate(order) if p == kept_positions[notice_k])
         reports.insert(
-            len(reports) if notice_at is None else notice_at,
+            at,
             MessageReport(
                 index=None,
                 kind="request",
@@ -174,29 +278,117 @@ def reference_report(governed: Governed, inputs: list[ModelMessage]) -> dict[str
                 kept=True,
                 tokens_before=0,
                 tokens_after=tokens,
-                parts=[part(work.notice.parts[0], "synthesized", 0, tokens)],
+                parts=[part(notice.parts[0], "synthesized", 0, tokens)],
             ),
         )
-    report = governed.report
+
+    assert sorted(governed.evicted) == sorted(set(evicted_refs))
+    truncated = tally.pop(TRUNCATED, [0, 0])
+    ran = {step.step for step in report.steps}
+    if not ran & {"truncate", "shrink"}:
+        assert truncated == [0, 0], truncated
     steps = []
     for step in report.steps:
-        totals = tally.get(step.step, [0, 0])
+        totals = list(tally.get(step.step, [0, 0]))
         detail = step.detail
-        if step.step == "mask":
-            detail = f"{_masked_count(work)} results masked"
+        if step.step == "mask" and plan is not None and policy is not None:
+            span = plan["mask_span"]
+            masked = 0 if span is None else _masked_count(base, span, pins, policy, tokenizer)
+            detail = f"{masked} results masked"
+        elif step.step == "mask":
+            # Masking counts the results of the messages left out too.
+            low, high = masked_sent, masked_sent + maskable_unmasked
+            if not low <= _leading_count(detail) <= high:
+                detail = f"{low} to {high} results masked"
+        elif step.step == "shrink" and "truncate" in ran:
+            shrunk = _leading_count(detail)  # "N outputs shrunk": the parts it last cut
+            totals = [shrunk, step.tokens_removed]
+        elif step.step == "shrink" or (step.step == "truncate" and "shrink" not in ran):
+            totals = [totals[0] + truncated[0], totals[1] + truncated[1]]
+        elif step.step == "truncate":
+            shrink = next(s for s in report.steps if s.step == "shrink")
+            shrunk = _leading_count(shrink.detail)
+            totals = [truncated[0] - shrunk, truncated[1] - shrink.tokens_removed]
         steps.append(
             step.model_copy(
                 update={"parts": totals[0], "tokens_removed": totals[1], "detail": detail}
             )
         )
     expected = ContextReport.model_validate(
-        {**report.model_dump(), "steps": steps, "messages": reports}
+        {
+            **report.model_dump(),
+            "messages_before": len(inputs),
+            "messages_after": len(sent),
+            "evicted_refs": sorted(set(evicted_refs)),
+            "steps": steps,
+            "messages": reports,
+        }
     )
     return expected.model_dump()
 
 
-def _masked_count(work: Work) -> int:
-    span = work.mask_span
-    if span is None:
-        return 0
-    return sum(len(work.masked_at(p) or ()) for p in range(span[0], span[2] + 1))
+def _is_notice_entry(entry: MessageReport) -> bool:
+    """Whether a report entry is the window notice (the only user prompt governance adds)."""
+    return (
+        entry.index is None
+        and len(entry.parts) == 1
+        and entry.parts[0].part_kind == "user-prompt"
+        and entry.parts[0].action == "synthesized"
+    )
+
+
+def _same_shape(repaired: ModelMessage, sent: ModelMessage) -> bool:
+    """Whether ``sent`` is ``repaired`` as governance may send it: the same kind of message,
+    part for part the same kind and tool call (caps, masks and references rewrite a part's
+    content only)."""
+    if isinstance(repaired, ModelRequest) != isinstance(sent, ModelRequest):
+        return False
+    if len(repaired.parts) != len(sent.parts):
+        return False
+    return all(
+        a.part_kind == b.part_kind
+        and getattr(a, "tool_call_id", None) == getattr(b, "tool_call_id", None)
+        for a, b in zip(repaired.parts, sent.parts, strict=True)
+    )
+
+
+def _rewritten(part: Any) -> tuple[str, str, str | None]:
+    """What governance did to a part it sends rewritten (action, step, eviction reference),
+    from the note it leaves on it; a part cut without one was truncated."""
+    metadata = getattr(part, "metadata", None)
+    note = metadata.get(MARK) if isinstance(metadata, dict) else None
+    if isinstance(note, dict):
+        if "evicted" in note:
+            return "evicted", "evict", note["evicted"]
+        if "masked" in note:
+            return "masked", "mask", None
+        if "duplicate_of" in note:
+            return "deduplicated", "dedupe", None
+    return "truncated", TRUNCATED, None
+
+
+def _masked_count(
+    base: list[ModelMessage],
+    span: list[int],
+    pins: set[int],
+    policy: Policy,
+    tokenizer: Any,
+) -> int:
+    """The results masking replaces: every ordinary output governance did not write, from the
+    span's first (position, part) to its last, but in pinned messages and protected tools'."""
+    first, low, last, high = span
+    protected = set(policy.window.protected_tools)
+    count = 0
+    for position in range(first, last + 1):
+        fact = message_facts(base[position], tokenizer)
+        if position in pins or not protected.isdisjoint(fact.tool_names):
+            continue
+        start = low if position == first else 0
+        end = high if position == last else len(fact.part_tokens) - 1
+        count += sum(1 for number in fact.maskable if start <= number <= end)
+    return count
+
+
+def _leading_count(detail: str) -> int:
+    """The number a step's detail starts with ("12 results masked")."""
+    return int(detail.split()[0])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from engine_builders import reports_carried
 from pydantic_ai import Agent, models
 from pydantic_ai.messages import (
     ModelMessage,
@@ -13,8 +16,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ctxhub.governance import ContextGovernor, Governed, Policy, count_tokens
-from ctxhub.governance.steps.normalize import pairing_problems
+from ctxhub.governance import (
+    ContextGovernor,
+    Governed,
+    Policy,
+    count_tokens,
+    pairing_problems,
+)
 from tests.messages import words
 
 WINDOW = 4_000
@@ -133,16 +141,20 @@ async def test_evicted_outputs_can_be_read_back_through_the_tool() -> None:
     assert read_back[0].splitlines()[1:] == [f"{n}: " + " ".join(["line"] * 10) for n in (3, 4)]
 
 
-async def test_each_request_of_a_run_grows_the_remembered_history_in_place() -> None:
-    # The run's Governor keeps no result unread, so each request extends the history
-    # remembered from the one before without copying its lists.
+async def test_each_request_of_a_run_extends_the_history_governed_before() -> None:
+    # The run's Governor takes each request's history as the last one grown: what it reports
+    # as before (the prompt, the calls, the outputs sent whole) keeps its report, built once.
     recorder = Recorder(iterations=5)
-    grown: list[bool] = []
+    governed: list[Governed] = []
 
-    def remembered(_: Governed) -> None:
-        (run,) = governor._governors.values()
-        grown.append(run._cache.histories[0].grows)
+    def remembered(result: Governed) -> None:
+        result.report  # noqa: B018 (read before the next request, as a meter would)
+        governed.append(result)
 
     governor = ContextGovernor(_policy(), tokenizer_model="openai:gpt-4o", on_governed=remembered)
     await _agent(recorder, governor).run("investigate")
-    assert grown == [False, True, True, True, True, True]
+    assert len(governed) == 6
+    assert governed[0].acted == "start"
+    carried = [reports_carried(before, after) for before, after in itertools.pairwise(governed)]
+    assert [reused for _, reused in carried] == [alike for alike, _ in carried]
+    assert sum(alike for alike, _ in carried) > 5

@@ -7,6 +7,10 @@ tests grow histories long enough for the window to cut on every call (hysteresis
 replay its cut between actions (on), through turns, interrupted calls, evicted and truncated
 outputs, a protected tool, pins, group dropping and triggers, and compare every call with that
 of a Governor rebuilt from the same state, on new objects.
+
+What is carried shows in what a call looks at: given the history as stored facts and messages
+loaded on demand, a call that takes over the previous call's governed versions reads only the
+messages it sends, where one that governs them again reads some of those it leaves out.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import random
 from typing import Any
 
 import pytest
-from engine_builders import MODEL, carried_lengths, rebuilt
+from engine_builders import MODEL, rebuilt, reports_carried
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -27,9 +31,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from test_stored import LazyRecorder, stored
 
 from ctxhub.governance import Governed, Governor, Policy, govern
-from ctxhub.governance._work import Work
 from ctxhub.governance.caches import memory
 from ctxhub.governance.counting import MessageFacts, message_facts
 from ctxhub.governance.steps import window as window_step
@@ -122,6 +126,16 @@ POLICIES = {
 }
 
 
+def _sent(governed: Governed) -> set[int]:
+    """Input indices of the messages a request sends."""
+    return {m.index for m in governed.report.messages if m.kept and m.index is not None}
+
+
+def _windowed(governed: Governed) -> bool:
+    """Whether the window left messages out of this request (its notice is sent)."""
+    return any(window_step.notice_omitted(m) is not None for m in governed.messages)
+
+
 def _same(warm: Governed, cold: Governed) -> None:
     assert warm.messages == cold.messages
     assert warm.report.model_dump() == cold.report.model_dump()
@@ -141,22 +155,35 @@ def test_a_long_history_grown_message_by_message_governs_as_a_rebuilt_governor_w
     policy = POLICIES[name]
     session = _session(seed=len(name), size=240)
     pins = frozenset({1}) if name == "groups" else frozenset()
-    windowed = carried = replayed = 0
+    windowed = carried = replayed = taken_over = 0
     history = session[:180]
     governor = Governor(policy, model=MODEL)
-    governor.govern(history, pinned=pins)
+    previous = governor.govern(history, pinned=pins)
+    previous.report  # noqa: B018
+    # The same history stored: facts, and messages loaded on demand.
+    facts, loaded = [stored(m) for m in session], copy.deepcopy(session)
+    shadow = Governor(policy, model=MODEL)
+    shadow.govern(LazyRecorder(loaded, 180), facts=facts[:180], pinned=pins)
     for size in range(181, len(session) + 1):
         history = [*history, session[size - 1]]
         twin = rebuilt(governor)
-        with carried_lengths() as seen:
-            warm = governor.govern(history, pinned=pins)
-        assert seen == [size - 1]
+        warm = governor.govern(history, pinned=pins)
+        # Extended the previous call's history: what it reports as before is taken over.
+        alike, reused = reports_carried(previous, warm)
+        assert reused == alike
+        taken_over += reused > 0
         # The same messages as new objects: no cache or carried work applies to them.
         fresh = _session(seed=len(name), size=size)
-        _same(warm, twin.govern(fresh, pinned=pins))
-        windowed += warm._work.notice is not None
-        carried += warm._work.seeded is not None
+        cold = twin.govern(fresh, pinned=pins)
+        _same(warm, cold)
+        lazy = LazyRecorder(loaded, size)
+        stored_warm = shadow.govern(lazy, facts=facts[:size], pinned=pins)
+        _same(stored_warm, cold)
+        windowed += _windowed(warm)
+        carried += lazy.read <= _sent(stored_warm)
         replayed += warm.acted is None
+        previous = warm
+    assert taken_over > 45
     # The window cut on most calls: with hysteresis, by replaying the last action's cut;
     # without, walking the carried run a run at a time.
     assert windowed > 45
@@ -175,17 +202,22 @@ def test_a_stored_long_history_grown_message_by_message_governs_as_a_rebuilt_gov
     tokenizer = tokenizer_for(MODEL)
     facts = [MessageFacts.from_json(message_facts(m, tokenizer).to_json()) for m in session]
     loaded = copy.deepcopy(session)
-    carried = replayed = 0
+    carried = replayed = taken_over = 0
     governor = Governor(policy, model=MODEL)
+    previous: Governed | None = None
     for size in range(180, len(session) + 1):
         twin = rebuilt(governor)
-        with carried_lengths() as seen:
-            warm = governor.govern(loaded[:size], facts=facts[:size])
-        if size > 180:
-            assert seen == [size - 1]
+        lazy = LazyRecorder(loaded, size)
+        warm = governor.govern(lazy, facts=facts[:size])
+        if previous is not None:
+            alike, reused = reports_carried(previous, warm)
+            assert reused == alike
+            taken_over += reused > 0
         _same(warm, twin.govern(_session(seed=3, size=size)))
-        carried += warm._work.seeded is not None
+        carried += lazy.read <= _sent(warm)
         replayed += warm.acted is None
+        previous = warm
+    assert taken_over > 30
     assert (replayed if policy.hysteresis.enabled else carried) > 30
 
 
@@ -194,12 +226,14 @@ def test_a_long_history_with_an_old_message_replaced_is_a_new_start() -> None:
     history = _session(seed=5, size=260)
     governor = Governor(policy, model=MODEL)
     for size in range(240, len(history) + 1):
-        governor.govern(history[:size])
+        last = governor.govern(history[:size])
+    last.report  # noqa: B018
     # A message the window dropped long ago, replaced in the list (the same list object).
     history[11] = ModelResponse(parts=[TextPart("another answer")], timestamp=T0)
-    with carried_lengths() as seen:
-        replaced = governor.govern(history)
-    assert seen == [0]
+    replaced = governor.govern(history)
+    # Started over: not one report is taken from the call before, though most read the same.
+    alike, reused = reports_carried(last, replaced)
+    assert (alike > 100, reused) == (True, 0)
     assert replaced.acted == "edited"
     _same(replaced, govern(copy.deepcopy(history), policy, model=MODEL))
 
@@ -238,36 +272,25 @@ def test_an_offer_held_below_a_swinging_stop_spares_governing_again(
     # Offers one position below where the window's walk stopped: the stop swings as turns end
     # and their outputs are truncated, and what the next call needs falls outside an offer
     # raised with it, unless earlier offers are held. Held or not, every call is a cold one.
+    # Governing a message again means looking into it again: a message the call leaves out
+    # and an earlier call already read, read again.
     policy = POLICIES["budget, every call"]
     session = _session(seed=11, size=400)
-    original = Work.materialise
+    facts, loaded = [stored(m) for m in session], copy.deepcopy(session)
     again: dict[int, int] = {}
     for held in (1, 128):
         monkeypatch.setattr(window_step, "CARRY_BELOW_CUT", 1)
         monkeypatch.setattr(window_step, "CARRY_HELD", held)
         memory.clear()
-        governed: set[int] = set()
+        read: set[int] = set()
         again[held] = 0
-
-        def counted(
-            work: Work, position: int, held: int = held, governed: set[int] = governed
-        ) -> int:
-            # A position before the current turn governed again, by this call or an earlier.
-            if work.governed_tokens[position] < 0:
-                again[held] += position in governed and position < work.turn_start
-                governed.add(position)
-            return int(original(work, position))
-
-        monkeypatch.setattr(Work, "materialise", counted)
-        history = session[:200]
         governor = Governor(policy, model=MODEL)
-        governor.govern(history)
-        again[held] = 0
+        governor.govern(LazyRecorder(loaded, 200), facts=facts[:200])
         for size in range(201, len(session) + 1):
-            history = [*history, session[size - 1]]
-            warm = governor.govern(history)
+            lazy = LazyRecorder(loaded, size)
+            warm = governor.govern(lazy, facts=facts[:size])
+            again[held] += len((lazy.read - _sent(warm)) & read)
+            read |= lazy.read
             if size % 20 == 0:
-                monkeypatch.setattr(Work, "materialise", original)
                 _same(warm, govern(_session(seed=11, size=size), policy, model=MODEL))
-                monkeypatch.setattr(Work, "materialise", counted)
     assert again[128] < again[1], again

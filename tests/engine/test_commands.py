@@ -11,8 +11,8 @@ from pydantic_ai.messages import (
     TextPart,
 )
 
+from ctxhub.governance import pairing_problems
 from ctxhub.governance.commands import Command, parse_command, run_command
-from ctxhub.governance.steps.normalize import pairing_problems
 from ctxhub.governance.summaries import ACKNOWLEDGEMENT, COMPACT_PREFIX, summary_count
 from tests.messages import reply, tool_call, tool_result, user, words
 

@@ -3,6 +3,9 @@ request that would cross its threshold, and the summary stands in for the rest o
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 from compact_builders import failing_summarizer
 from pydantic_ai import Agent, models
@@ -17,9 +20,15 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ctxhub.governance import Compacted, ContextGovernor, Policy, count_tokens
+from ctxhub.governance import (
+    Compacted,
+    ContextGovernor,
+    Policy,
+    count_tokens,
+    is_summary,
+    pairing_problems,
+)
 from ctxhub.governance.ledger import is_summary_text
-from ctxhub.governance.steps.normalize import pairing_problems
 from tests.messages import words
 
 MODEL = "openai:gpt-4o"
@@ -155,13 +164,28 @@ async def test_without_a_summariser_nothing_is_summarised() -> None:
 
 
 async def test_runs_keep_their_summaries_apart() -> None:
-    governor = ContextGovernor(_policy(), tokenizer_model=MODEL, summarizer="offline:extractive")
+    made: list[weakref.ref[ModelMessage]] = []
+
+    def compacted(compaction: Compacted) -> None:
+        made.extend(weakref.ref(m) for m in compaction.messages if is_summary(m))
+
+    governor = ContextGovernor(
+        _policy(),
+        tokenizer_model=MODEL,
+        summarizer="offline:extractive",
+        on_compacted=compacted,
+    )
     first, second = Reader(files=20), Reader(files=3)
     await _agent(first, governor).run(PROMPT)
     await _agent(second, governor).run("Just read three logs.")
     assert _summaries(first.seen[-1])
     assert not any(_summaries(sent) for sent in second.seen)
-    assert not governor._runs
+    # A run's summary goes with the run: once the model's copies of the requests are gone,
+    # nothing holds the summaries it made.
+    assert made
+    first.seen.clear()
+    gc.collect()
+    assert [ref() for ref in made] == [None] * len(made)
 
 
 def test_the_threshold_is_a_share() -> None:

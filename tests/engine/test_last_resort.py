@@ -5,8 +5,7 @@ from __future__ import annotations
 from engine_builders import MODEL, _off, _tight, continued_and_rebuilt
 from pydantic_ai.messages import ModelMessage
 
-from ctxhub.governance import Governor, govern
-from ctxhub.governance.steps.normalize import pairing_problems
+from ctxhub.governance import Governor, govern, pairing_problems
 from tests.messages import tool_call, tool_result, user, words
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import warnings
 from typing import Any
-from unittest import mock
 
 import pytest
 from engine_builders import MODEL, _off, _tight
@@ -19,11 +18,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from report_oracle import reference_report
+from test_stored import LazyRecorder
 
-from ctxhub.governance import Policy, govern
+from ctxhub.governance import Governor, Policy, govern, pairing_problems
 from ctxhub.governance.counting import message_facts
-from ctxhub.governance.steps import normalize as normalize_module
-from ctxhub.governance.steps.normalize import Pairing, normalize, pairing_problems
+from ctxhub.governance.steps.normalize import Pairing, normalize
 from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import T0, reply, tool_call, tool_calls, tool_result, tool_results, user, words
 
@@ -297,7 +296,8 @@ def test_a_result_two_messages_late_is_reported_moved_where_it_was_and_where_it_
         reply("done"),
         user("more"),
     ]
-    governed = govern(history, _plain(), model=MODEL)
+    governor = Governor(_plain(), model=MODEL)
+    governed = governor.govern(history)
     # The result now sits right after its call, ahead of the prompt it came after.
     assert [m.parts for m in governed.messages[:2]] == [m.parts for m in history[:2]]
     assert governed.messages[2].parts == [history[3].parts[0], history[2].parts[0]]
@@ -323,7 +323,10 @@ def test_a_result_two_messages_late_is_reported_moved_where_it_was_and_where_it_
     assert (normalize.parts, normalize.tokens_removed) == (1, 0)
     assert report.tokens_before - report.tokens_after == 3  # the emptied request's framing
     assert report.tokens_after == sum(m.tokens_after for m in report.messages)
-    assert report.model_dump() == reference_report(governed, history)
+    expected = reference_report(
+        governed, history, pinned=frozenset(), state=governor.state(), policy=_plain()
+    )
+    assert report.model_dump() == expected
 
 
 def test_a_late_result_moved_out_of_a_request_that_stays_is_reported_moved_in_it() -> None:
@@ -334,7 +337,8 @@ def test_a_late_result_moved_out_of_a_request_that_stays_is_reported_moved_in_it
         ]
     )
     history: list[ModelMessage] = [user("go"), tool_call("read", id="c1"), user("wait"), late]
-    governed = govern(history, _plain(), model=MODEL)
+    governor = Governor(_plain(), model=MODEL)
+    governed = governor.govern(history)
     assert governed.messages[2].parts == [late.parts[0], history[2].parts[0]]
     assert governed.messages[3].parts == [late.parts[1]]
     report = governed.report
@@ -345,7 +349,10 @@ def test_a_late_result_moved_out_of_a_request_that_stays_is_reported_moved_in_it
     assert was.parts[0].tokens_after == 0
     assert was.tokens_after == sum(p.tokens_after for p in was.parts) + 3
     assert report.tokens_after == report.tokens_before
-    assert report.model_dump() == reference_report(governed, history)
+    expected = reference_report(
+        governed, history, pinned=frozenset(), state=governor.state(), policy=_plain()
+    )
+    assert report.model_dump() == expected
 
 
 def test_a_late_result_after_a_response_gets_a_request_after_its_call() -> None:
@@ -485,7 +492,8 @@ def test_a_pairing_carried_over_a_growing_history_repairs_as_a_fresh_one(name: s
 
 def test_a_grown_history_is_repaired_again_only_from_where_its_repair_changes() -> None:
     # Forty interrupted turns (a call never answered), then a call answered late: taking the
-    # last repair up reads only the sites from the late result's call on.
+    # last repair up reads only the sites from the late result's call on (here the late result
+    # alone), where repairing afresh reads every interrupted turn's call and the prompt after.
     history: list[ModelMessage] = []
     for n in range(40):
         history += [user(f"task {n}"), tool_call("read", id=f"c{n}")]
@@ -496,13 +504,14 @@ def test_a_grown_history_is_repaired_again_only_from_where_its_repair_changes() 
     before = normalize(history, facts, tokenizer, "stop", pairing)
     grown = [*history, tool_result("read", "the late result", id="late"), user("thanks")]
     grown_facts = [*facts, *(message_facts(m, tokenizer) for m in grown[-2:])]
-    read: list[int] = []
-    with mock.patch.object(normalize_module, "_answers", _spy(normalize_module._answers, read)):
-        carried = normalize(
-            grown, grown_facts, tokenizer, "stop", pairing.extended(grown_facts), before
-        )
-    assert read == [len(history) - 2]
-    cold = normalize(grown, grown_facts, tokenizer, "stop")
+    taken_up = LazyRecorder(grown)
+    carried = normalize(
+        taken_up, grown_facts, tokenizer, "stop", pairing.extended(grown_facts), before
+    )
+    assert taken_up.read == {len(history)}
+    afresh = LazyRecorder(grown)
+    cold = normalize(afresh, grown_facts, tokenizer, "stop")
+    assert afresh.read == {*range(1, len(history) - 2), len(history)}
     assert [carried.messages[p] for p in range(len(carried.messages))] == [
         cold.messages[p] for p in range(len(cold.messages))
     ]
@@ -539,14 +548,6 @@ def test_a_history_grown_past_its_last_repair_is_taken_up_before_its_last_messag
         assert carried.runs is not None
         assert len(carried.runs) <= 4
         previous = carried
-
-
-def _spy(function: Any, calls: list[int]) -> Any:
-    def spy(messages: Any, response: int, *args: Any) -> Any:
-        calls.append(response)
-        return function(messages, response, *args)
-
-    return spy
 
 
 def test_normalize_records_where_a_moved_result_came_from() -> None:

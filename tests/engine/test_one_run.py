@@ -20,9 +20,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.messages import TextPart as Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ctxhub.governance import compact, govern
+from ctxhub.governance import compact, govern, pairing_problems
 from ctxhub.governance.draft import SummaryDraft
-from ctxhub.governance.steps.normalize import pairing_problems
 from ctxhub.governance.summaries import is_summary
 from tests.messages import T0, reply, tool_call, tool_result, user, words
 

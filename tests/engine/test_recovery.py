@@ -21,9 +21,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from ctxhub.governance import ContextGovernor, Policy
+from ctxhub.governance import ContextGovernor, Policy, count_tokens, pairing_problems
 from ctxhub.governance.recovery import OverflowRecovery, is_context_overflow, stated_sizes
-from ctxhub.governance.steps.normalize import pairing_problems
 from tests.fakes.openai_server import FakeOpenAI, fake_openai, prompt_chars
 from tests.messages import reply, tool_call, tool_result, user, words
 
@@ -221,7 +220,8 @@ async def test_the_retries_escalate_to_the_least_the_policy_allows() -> None:
 @pytest.mark.parametrize("separate", [False, True])
 async def test_a_run_remembers_the_size_that_went_through(separate: bool) -> None:
     """After one recovery, the later requests of the run are sent within the size that worked:
-    no failed request at every later step. The run's state is gone when it ends."""
+    no failed request at every later step. The run's state is gone when it ends: another run
+    under the same id sends its history whole, though it is larger than that size."""
     refused: list[int] = []
     sent: list[int] = []
 
@@ -250,11 +250,31 @@ async def test_a_run_remembers_the_size_that_went_through(separate: bool) -> Non
         """Read a file."""
         return words(300, path)
 
-    result = await agent.run("and now check eight more", message_history=_long_history())
+    result = await agent.run(
+        "and now check eight more", message_history=_long_history(), run_id="audit"
+    )
     assert result.output == "done"
     assert len(sent) == 9
     # Only the first request needed retries; every later one was sent small enough at once.
     assert 1 <= len(refused) <= 3
     assert len(recovery.events) == len(refused)
-    assert not recovery._learned
-    assert not recovery._targets
+
+    received: list[list[ModelMessage]] = []
+
+    def again(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        received.append(messages)
+        return ModelResponse(parts=[TextPart("still fine")])
+
+    big = [
+        user("Read the big file"),
+        tool_call("read_file", id="b1", path="big.py"),
+        tool_result("read_file", words(6000, "big"), id="b1"),
+        reply("It is long."),
+    ]
+    learned = min(event.target_tokens for event in recovery.events)
+    assert count_tokens(big) > learned
+    other = Agent(FunctionModel(again), capabilities=capabilities)
+    await other.run("anything else?", message_history=big, run_id="audit")
+    assert len(received) == 1
+    assert received[0][: len(big)] == big
+    assert len(recovery.events) == len(refused)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
 
 from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import (
@@ -16,10 +19,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
-import ctxhub.governance.counting as counting
 from ctxhub.governance import count_tokens, govern
 from ctxhub.governance.counting import cached_part_tokens, message_facts
-from ctxhub.governance.tokens import context_window, load_encoding, tokenizer_for
+from ctxhub.governance.tokens import Tokenizer, context_window, load_encoding, tokenizer_for
 from tests.messages import T0, reply, tool_call, tool_result, user, words
 
 
@@ -123,23 +125,39 @@ def test_report_totals_equal_count_tokens() -> None:
     assert sum(m.tokens_after for m in governed.report.messages) == governed.report.tokens_after
 
 
-def test_a_growing_history_only_counts_new_messages(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    computed: list[object] = []
-    original = counting._compute_facts
+@contextmanager
+def _tokenised() -> Iterator[list[str]]:
+    """Every text a tokenizer counts or encodes meanwhile."""
+    texts: list[str] = []
+    count, encode = Tokenizer.count, Tokenizer.encode
 
-    def spy(message, tokenizer, sink):  # type: ignore[no-untyped-def]
-        computed.append(message)
-        return original(message, tokenizer, sink)
+    def counted(self: Tokenizer, text: str) -> int:
+        texts.append(text)
+        return count(self, text)
 
-    monkeypatch.setattr(counting, "_compute_facts", spy)
+    def encoded(self: Tokenizer, text: str) -> list[int] | None:
+        texts.append(text)
+        return encode(self, text)
+
+    with (
+        mock.patch.object(Tokenizer, "count", counted),
+        mock.patch.object(Tokenizer, "encode", encoded),
+    ):
+        yield texts
+
+
+def test_a_growing_history_only_counts_new_messages() -> None:
+    # Counts are kept with the messages: governing the history again, grown by one message,
+    # tokenises that message's text and nothing else, even with a Governor of its own.
     history = [user(f"message {n} " + words(50)) for n in range(200)]
     policy = _tight(10_000_000, **_off())
-    govern(history, policy, model=MODEL)
-    assert len(computed) == 200
-    computed.clear()
+    with _tokenised() as texts:
+        govern(history, policy, model=MODEL)
+    assert sorted(texts) == sorted(str(m.parts[0].content) for m in history)
     history.append(reply("one more"))
-    govern(history, policy, model=MODEL)
-    assert computed == [history[-1]]
+    with _tokenised() as texts:
+        govern(history, policy, model=MODEL)
+    assert texts == ["one more"]
 
 
 def test_approximate_families_are_marked_in_the_report() -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from ctxhub.governance import count_tokens, govern
-from ctxhub.governance.steps.normalize import pairing_problems
+from ctxhub.governance import count_tokens, govern, pairing_problems
 from tests.messages import reply, tool_call, tool_result, user, words
 
 

@@ -34,7 +34,7 @@ from histories import HistoryGenerator, history, texts
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from ctxhub.governance import Governor, Policy, govern
-from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.facts import MessageFacts, message_facts
 from ctxhub.governance.tokens import load_encoding, tokenizer_for
 
 MODEL = "openai:gpt-4o"

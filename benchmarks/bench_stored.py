@@ -32,7 +32,7 @@ from histories import HistoryGenerator
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import Policy, govern
-from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.facts import MessageFacts, message_facts
 from ctxhub.governance.tokens import tokenizer_for
 
 MODEL = "openai:gpt-4o"

@@ -10,7 +10,7 @@ No Django, no Celery, no I/O: agents can use it without the hub.
 """
 
 from .capability import ContextGovernor
-from .counting import count_tokens
+from .facts import count_tokens
 from .governed import Acted, Governed, tool_definition_tokens
 from .governor import Governor, GovernorState, govern
 from .names import Action, Zone

@@ -18,7 +18,8 @@ from operator import and_, not_
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from .carried import Carry, base_counts
-from .counting import MessageFacts, message_cache, message_tokens
+from .counting import message_cache, message_tokens
+from .facts import MessageFacts
 from .names import StepName
 from .parts import PartState, Transform, rebuilt
 from .policy import Policy

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .parts import Transform
 
 

@@ -28,7 +28,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 
 from .compact import Compacted, compact
-from .counting import count_tokens, is_tool_result
+from .counting import is_tool_result
+from .facts import count_tokens
 from .policy import Policy
 from .summaries import is_summary
 from .tokens import context_window, tokenizer_for

@@ -52,8 +52,9 @@ from .compaction_plan import (
     plan_compaction,
     stamp,
 )
-from .counting import MARK, count_tokens, message_facts
+from .counting import MARK
 from .draft import render_draft
+from .facts import count_tokens, message_facts
 from .governor import govern
 from .ledger import LedgerItem, extract_ledger, reconcile
 from .policy import Policy, Threshold

@@ -14,7 +14,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from .counting import message_facts
+from .facts import message_facts
 from .governor import govern
 from .policy import DEFAULT_NOTICE, MIN_TRUNCATION_TOKENS, Policy, Threshold
 from .steps.truncate import truncate_text

@@ -12,7 +12,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_json
 
 from ._work import Work
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .names import Detail, StepName
 from .report import ContextReport, PartTotals, ReportCache
 from .reporting import build_report

@@ -28,7 +28,7 @@ from pydantic_ai.messages import ModelMessage
 
 from .actions import action_due, cheapest_action
 from .assemble import sent_tokens
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .governed import Acted, Governed, ToolDefinitions
 from .pipeline import (
     Setup,

@@ -3,7 +3,7 @@ window's landmarks, repeated outputs and where the current turn starts."""
 
 from __future__ import annotations
 
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .positions import Landmarks
 from .prepared import Prepared
 from .reads import OutputAt

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .names import StepName, Zone
 from .report import MessageReport, PartReport
 

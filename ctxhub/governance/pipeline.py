@@ -23,7 +23,7 @@ from ._work import Work
 from .assemble import assemble
 from .carried import Carry
 from .carry import carry_of, over_with_caps, seed
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .governed import Acted, Governed, ToolDefinitions, tool_definition_tokens
 from .landmarks import current_turn, duplicates, landmarks
 from .names import Detail, StepName

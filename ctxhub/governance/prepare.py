@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from .counting import MessageFacts, message_facts
+from .facts import MessageFacts, message_facts
 from .policy import Policy
 from .prepared import Prepared, WorkCache
 from .reads import Reads

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai.messages import ModelMessage
 
 from .carried import Carry
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .reads import OutputAt, Reads
 from .report import PartTotals, ReportCache
 from .steps.normalize import Pairing

@@ -16,7 +16,7 @@ from hashlib import blake2b
 
 from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .positions import Messages
 
 Keys = Mapping[str, Sequence[str]]

@@ -37,7 +37,7 @@ from pydantic_ai.exceptions import ModelContextWindowExceededError, RetryModelRe
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
 
-from .counting import message_facts
+from .facts import message_facts
 from .governor import govern
 from .policy import Policy
 from .tokens import tokenizer_for

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .counting import MessageFacts
+from .facts import MessageFacts
 from .names import Action, StepName, Zone
 
 

@@ -13,7 +13,7 @@ from contextlib import suppress
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
-from .counting import MessageFacts, message_facts
+from .facts import MessageFacts, message_facts
 from .message_reports import (
     PairRepair,
     Tally,

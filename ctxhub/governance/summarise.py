@@ -21,8 +21,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import Model
 
-from .counting import message_facts
 from .draft import SummaryDraft, parse_draft, render_draft
+from .facts import message_facts
 from .ledger import is_summary_text
 from .llm import resolve_model
 from .steps.truncate import truncate_text

@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet, Subquery, Sum, TextField
 from django.db.models.functions import Cast
 
 from ctxhub.governance import Governor, Policy
-from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.facts import MessageFacts, message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions.history.lazy import LazyMessages, Source
 from sessions.history.memory import Remembered

@@ -20,7 +20,8 @@ from django.db import IntegrityError, transaction
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from ctxhub.governance import Policy, is_summary, plan_compaction
-from ctxhub.governance.counting import MARK, message_facts
+from ctxhub.governance.counting import MARK
+from ctxhub.governance.facts import message_facts
 from ctxhub.governance.policy import Threshold
 from ctxhub.governance.summaries import SUMMARY_PREFIX
 from ctxhub.governance.summarise import DEFAULT_SUMMARY_TOKENS

@@ -15,7 +15,7 @@ from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
-from ctxhub.governance.counting import message_facts
+from ctxhub.governance.facts import message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import events
 from sessions.models import AgentSession, Message, MessageKind, MessageSource

@@ -32,7 +32,8 @@ from ctxhub.governance import (
     PartReport,
     Policy,
 )
-from ctxhub.governance.counting import MARK, message_facts, window_notice
+from ctxhub.governance.counting import MARK
+from ctxhub.governance.facts import message_facts, window_notice
 from ctxhub.governance.steps.normalize import normalize
 from ctxhub.governance.tokens import tokenizer_for
 

@@ -35,7 +35,7 @@ from test_stored import LazyRecorder, stored
 
 from ctxhub.governance import Governed, Governor, Policy, govern
 from ctxhub.governance.caches import memory
-from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.facts import MessageFacts, message_facts
 from ctxhub.governance.steps import window as window_step
 from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import T0, words

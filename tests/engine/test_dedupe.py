@@ -7,7 +7,7 @@ from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage, ToolReturnPart
 
 from ctxhub.governance import Policy, govern, pairing_problems
-from ctxhub.governance.counting import MessageFacts, message_facts
+from ctxhub.governance.facts import MessageFacts, message_facts
 from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import reply, tool_call, tool_result, user, words
 

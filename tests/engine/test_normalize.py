@@ -21,7 +21,7 @@ from report_oracle import reference_report
 from test_stored import LazyRecorder
 
 from ctxhub.governance import Governor, Policy, govern, pairing_problems
-from ctxhub.governance.counting import message_facts
+from ctxhub.governance.facts import message_facts
 from ctxhub.governance.steps.normalize import Pairing, normalize
 from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import T0, reply, tool_call, tool_calls, tool_result, tool_results, user, words

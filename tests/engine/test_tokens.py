@@ -20,7 +20,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import ToolDefinition
 
 from ctxhub.governance import count_tokens, govern
-from ctxhub.governance.counting import cached_part_tokens, message_facts
+from ctxhub.governance.counting import cached_part_tokens
+from ctxhub.governance.facts import message_facts
 from ctxhub.governance.tokens import Tokenizer, context_window, load_encoding, tokenizer_for
 from tests.messages import T0, reply, tool_call, tool_result, user, words
 

@@ -14,7 +14,8 @@ from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 
 from ctxhub.governance import count_tokens, govern, pairing_problems
-from ctxhub.governance.counting import MessageFacts, cached_part_tokens, message_facts
+from ctxhub.governance.counting import cached_part_tokens
+from ctxhub.governance.facts import MessageFacts, message_facts
 from ctxhub.governance.policy import MIN_TRUNCATION_TOKENS
 from ctxhub.governance.steps.truncate import truncate_args
 from ctxhub.governance.tokens import APPROXIMATE_FALLBACK, Tokenizer, tokenizer_for

@@ -9,7 +9,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from config.celery import app as celery_app
-from ctxhub.governance.counting import message_facts
+from ctxhub.governance.facts import message_facts
 from ctxhub.governance.tokens import tokenizer_for
 from sessions import live, services, tasks
 from sessions.models import Message

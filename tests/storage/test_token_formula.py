@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 )
 
 from ctxhub.governance import count_tokens
-from ctxhub.governance.counting import history_tokens, message_facts
+from ctxhub.governance.facts import history_tokens, message_facts
 from ctxhub.governance.tokens import tokenizer_for
 from sessions import services
 from sessions.history import effective_tokens

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxhub.governance.counting import message_facts
+from ctxhub.governance.facts import message_facts
 from ctxhub.governance.tokens import count_text, tokenizer_for
 from sessions import services
 from sessions.models import Message

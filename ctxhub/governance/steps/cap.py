@@ -14,7 +14,8 @@ from typing import Any, Protocol
 from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
 from ..caches import memory
-from ..counting import MessageFacts, Part, cached_part_tokens, part_cache
+from ..counting import Part, cached_part_tokens, part_cache
+from ..facts import MessageFacts
 from ..parts import (
     Transform,
     marked,

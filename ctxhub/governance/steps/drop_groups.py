@@ -12,7 +12,7 @@ group goes whole.
 from __future__ import annotations
 
 from .._work import Work
-from ..counting import MessageFacts
+from ..facts import MessageFacts
 
 
 def iteration_groups(work: Work) -> list[tuple[int, int]]:

@@ -44,15 +44,8 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from ..counting import (
-    MessageFacts,
-    Part,
-    is_tool_result,
-    message_cache,
-    message_facts,
-    part_cache,
-    result_call_id,
-)
+from ..counting import Part, is_tool_result, message_cache, part_cache, result_call_id
+from ..facts import MessageFacts, message_facts
 from ..parts import rebuilt
 from ..positions import Messages
 from ..tokens import Tokenizer

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from pydantic_ai.messages import ModelMessage
 
-from ..counting import MessageFacts
+from ..facts import MessageFacts
 from ..positions import Messages
 
 _AFTER_ANY = 1 << 62

@@ -32,7 +32,8 @@ from itertools import accumulate, chain
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from .._work import Work
-from ..counting import MARK, message_tokens, window_notice
+from ..counting import MARK, message_tokens
+from ..facts import window_notice
 from .head import find_head_end
 
 CARRY_BELOW_CUT = 1_024

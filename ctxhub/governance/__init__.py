@@ -73,7 +73,7 @@ from .draft import SummaryDraft
 from .ledger import Ledger, LedgerItem, extract_ledger, reconcile
 from .llm import ModelChoice, is_offline, resolve_model
 from .recovery import OverflowRecovery, RecoveryEvent, is_context_overflow
-from .steps.normalize import pairing_problems
+from .steps.pairing import pairing_problems
 from .summaries import is_summary
 
 __all__ += [

@@ -19,7 +19,7 @@ from .policy import Policy
 from .prepared import Prepared, WorkCache
 from .reads import Reads
 from .report import PartTotals, ReportCache
-from .steps.normalize import Pairing
+from .steps.pairing import Pairing
 from .tokens import Tokenizer
 
 # The histories a Governor governed last (``WorkCache.histories``), most recent first: an

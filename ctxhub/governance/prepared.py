@@ -14,7 +14,7 @@ from .carried import Carry
 from .facts import MessageFacts
 from .reads import OutputAt, Reads
 from .report import PartTotals, ReportCache
-from .steps.normalize import Pairing
+from .steps.pairing import Pairing
 from .steps.repaired import Normalized
 
 if TYPE_CHECKING:

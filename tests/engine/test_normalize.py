@@ -22,7 +22,8 @@ from test_stored import LazyRecorder
 
 from ctxhub.governance import Governor, Policy, govern, pairing_problems
 from ctxhub.governance.facts import message_facts
-from ctxhub.governance.steps.normalize import Pairing, normalize
+from ctxhub.governance.steps.normalize import normalize
+from ctxhub.governance.steps.pairing import Pairing
 from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import T0, reply, tool_call, tool_calls, tool_result, tool_results, user, words
 

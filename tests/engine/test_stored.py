@@ -45,7 +45,7 @@ from test_properties import histories, policies
 
 from ctxhub.governance import Governed, Governor, Policy, govern
 from ctxhub.governance.facts import FACTS_VERSION, MessageFacts, message_facts
-from ctxhub.governance.steps.normalize import Pairing
+from ctxhub.governance.steps.pairing import Pairing
 from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import T0, reply, tool_call, tool_calls, tool_result, tool_results, user, words
 

@@ -30,124 +30,21 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
 
 from pydantic_ai.messages import (
-    SYNTHESIZED_TOOL_RETURN_METADATA_KEY,
     ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    RetryPromptPart,
-    ToolCallPart,
-    ToolReturnPart,
 )
 
-from ..counting import Part, is_tool_result, message_cache, part_cache, result_call_id
+from ..counting import Part, is_tool_result
 from ..facts import MessageFacts, message_facts
 from ..parts import rebuilt
 from ..positions import Messages
 from ..tokens import Tokenizer
+from .answers import Answer, answers_for, request_for, result_numbers
+from .pairing import Pairing
 from .repaired import Checkpoint, Normalized, Repaired
-
-Answer = ToolReturnPart | RetryPromptPart
-"""A tool result answering a call (a legacy retry prompt naming a tool answers one too)."""
-
-
-Late = tuple[str, int, int]
-"""(call id, request index, result number) of a result answering an earlier response's call
-from a request other than the one right after it."""
-
-
-@dataclass(frozen=True)
-class Pairing:
-    """Tool-call pairing of a history prefix: what a left-to-right pass knows at its end.
-
-    A history that grows by appending extends the pass from where it stopped (``extended``)
-    instead of walking every message again; the outcome is the same as one pass over the whole.
-    ``extended`` copies the mappings it updates, so an earlier pairing stays as it was, unless
-    told the earlier one is read no more (``in_place``): the mappings hold a history's open
-    and dangling calls, and copying them on every call would be a pass over its responses.
-    The lists and sets in them are replaced, never edited.
-    """
-
-    length: int = 0
-    """How many messages the pass has seen."""
-    open_calls: dict[str, list[int]] = field(default_factory=dict)
-    """Call id → the responses whose call with that id no result has answered yet (a response
-    repeating an id is listed once per call)."""
-    unanswered: dict[int, list[str]] = field(default_factory=dict)
-    """Response index → its call ids no result has answered: open ones, and those a later call
-    made dangling by reusing the id (no result can answer them any more)."""
-    orphans: dict[int, set[int]] = field(default_factory=dict)
-    """Request index → numbers (among its results) of results repair takes out of it: those
-    with no open call, and late ones (moved to the request after their call)."""
-    late: dict[int, list[Late]] = field(default_factory=dict)
-    """Response index → its calls answered late, in the order the answers came."""
-    extends: int = 0
-    """Length of the pairing this one extended."""
-    same_until: int = 0
-    """Repair of the messages before this index is the same as under the pairing this one
-    extended: only responses from here on had a call answered or made dangling."""
-
-    def extended(self, facts: Sequence[MessageFacts], *, in_place: bool = False) -> Pairing:
-        """The pairing after also seeing ``facts[self.length:]``; ``in_place`` takes this
-        one's mappings over (it must not be read afterwards)."""
-        if len(facts) == self.length:
-            return self
-        take = (lambda mapping: mapping) if in_place else dict
-        open_calls = take(self.open_calls)
-        unanswered = take(self.unanswered)
-        orphans = take(self.orphans)
-        late = take(self.late)
-        # The last message seen may now be followed (so its answers go in the next message).
-        same_until = max(self.length - 1, 0)
-        for position in range(self.length, len(facts)):
-            fact = facts[position]
-            if not fact.request:
-                if fact.call_ids:
-                    unanswered[position] = list(fact.call_ids)
-                for call_id in fact.call_ids:
-                    earlier = open_calls.get(call_id)
-                    if earlier and earlier[-1] == position:
-                        # The same id twice in one response: answered in turn.
-                        open_calls[call_id] = [*earlier, position]
-                        continue
-                    # A reused id: the older open calls (if any) can no longer be answered,
-                    # and stay unanswered, as they were.
-                    open_calls[call_id] = [position]
-            elif fact.result_ids:
-                for number, call_id in enumerate(fact.result_ids):
-                    waiting = open_calls.get(call_id)
-                    if not waiting:
-                        orphans.setdefault(position, set()).add(number)
-                        continue
-                    response = waiting[0]
-                    same_until = min(same_until, response)
-                    if len(waiting) > 1:
-                        open_calls[call_id] = waiting[1:]
-                    else:
-                        del open_calls[call_id]
-                    ids = list(unanswered[response])
-                    ids.remove(call_id)
-                    if ids:
-                        unanswered[response] = ids
-                    else:
-                        del unanswered[response]
-                    if response != position - 1:
-                        late[response] = [*late.get(response, ()), (call_id, position, number)]
-                        orphans.setdefault(position, set()).add(number)
-        return Pairing(len(facts), open_calls, unanswered, orphans, late, self.length, same_until)
-
-    def outcome(self) -> tuple[dict[int, list[str]], dict[int, set[int]]]:
-        """Call ids repair answers in the request after each response (dangling calls and
-        calls answered late), by response index; and the numbers of the results it takes out
-        of each request, by request index."""
-        answered = {response: list(ids) for response, ids in self.unanswered.items()}
-        for response, moves in self.late.items():
-            answered.setdefault(response, []).extend(call_id for call_id, _, _ in moves)
-        return answered, self.orphans
 
 
 def normalize(
@@ -283,7 +180,7 @@ class _Repair:
                 self._flush()
                 self._keep(position)
                 if position in dangling or position in late:
-                    answers = _answers(
+                    answers = answers_for(
                         self.messages,
                         position,
                         facts[position].call_ids,
@@ -371,7 +268,7 @@ class _Repair:
         """Give the pending answers a request of their own (the call's response is followed
         by another response, or by nothing)."""
         if self.pending:
-            request = _request_for(self.pending)
+            request = request_for(self.pending)
             self._place(len(self.index), 0)
             self._add(request, [None] * len(request.parts), None)
 
@@ -385,7 +282,7 @@ class _Repair:
         parts: list[Part] = list(message.parts)
         part_origins: list[int | None] = list(range(len(parts)))
         if gone:
-            self.removed[position] = _result_numbers(parts, gone)
+            self.removed[position] = result_numbers(parts, gone)
             taken = set(self.removed[position])
             kept = [n for n in range(len(parts)) if n not in taken]
             parts = [parts[n] for n in kept]
@@ -423,127 +320,3 @@ def _cut[T](items: list[T], end: int) -> list[T]:
     """``items`` cut back to their first ``end``."""
     del items[end:]
     return items
-
-
-def _answers(
-    messages: Messages,
-    response: int,
-    call_ids: Sequence[str],
-    dangling: list[str],
-    late: list[Late],
-    text: str,
-) -> list[tuple[Answer, tuple[int, int] | None]]:
-    """The answers repair puts after a response, in the order of its calls, each with where it
-    came from: (input index, part index) of a late result moved here, None when synthesized.
-
-    With an id repeated in the response, the late results answer the earlier of its calls
-    still open (they came first), the synthetic ones the rest.
-    """
-    rank: dict[str, int] = {}
-    for number, call_id in enumerate(call_ids):
-        rank.setdefault(call_id, number)
-    found: list[tuple[int, int, Answer, tuple[int, int] | None]] = []
-    for order, (call_id, request, number) in enumerate(late):
-        part_number = _result_numbers(messages[request].parts, {number})[0]
-        part = messages[request].parts[part_number]
-        assert isinstance(part, ToolReturnPart | RetryPromptPart)
-        found.append((rank.get(call_id, 0), order, part, (request, part_number)))
-    if dangling:
-        message = messages[response]
-        assert isinstance(message, ModelResponse)
-        for order, part in enumerate(_synthetic(message, dangling, text), len(late)):
-            found.append((rank.get(part.tool_call_id, 0), order, part, None))
-    found.sort(key=lambda entry: entry[:2])
-    return [(part, source) for _, _, part, source in found]
-
-
-def _result_numbers(parts: Sequence[Part], result_numbers: set[int]) -> list[int]:
-    """Part indices of the n-th tool results (``result_numbers`` counts results only)."""
-    found: list[int] = []
-    seen = 0
-    for number, part in enumerate(parts):
-        if is_tool_result(part):
-            if seen in result_numbers:
-                found.append(number)
-            seen += 1
-    return found
-
-
-def _request_for(results: list[Answer]) -> ModelRequest:
-    """A request holding answers repair put after a response; the same object for the same
-    answers."""
-    values = part_cache(results[0])
-    key = ("request", tuple(map(id, results)))
-    found = values.get(key)
-    if found is None or not all(a is b for a, b in zip(found.parts, results, strict=True)):
-        found = values[key] = ModelRequest(parts=list(results))
-    request: ModelRequest = found
-    return request
-
-
-def _synthetic(response: ModelResponse, call_ids: list[str], text: str) -> list[ToolReturnPart]:
-    """Synthetic results for dangling calls, cached on the response so repeats reuse them."""
-    values = message_cache(response)
-    key = ("synthetic", text, tuple(call_ids))
-    found = values.get(key)
-    if found is None:
-        found = values[key] = _make_synthetic(response, call_ids, text)
-    results: list[ToolReturnPart] = found
-    return results
-
-
-def _make_synthetic(
-    response: ModelResponse, call_ids: list[str], text: str
-) -> list[ToolReturnPart]:
-    calls = {p.tool_call_id: p for p in response.parts if isinstance(p, ToolCallPart)}
-    return [
-        ToolReturnPart(
-            tool_name=calls[call_id].tool_name,
-            content=text,
-            tool_call_id=call_id,
-            tool_kind=calls[call_id].tool_kind,
-            metadata={SYNTHESIZED_TOOL_RETURN_METADATA_KEY: True},
-            timestamp=response.timestamp,
-            outcome="interrupted",
-        )
-        for call_id in call_ids
-    ]
-
-
-def pairing_problems(messages: Sequence[ModelMessage]) -> list[str]:
-    """Every breach of the providers' pairing rule in a history (empty when it is valid): each
-    call answered once, in the very next message, a request; each result right after its call."""
-    problems: list[str] = []
-    size = len(messages)
-    for position, message in enumerate(messages):
-        if isinstance(message, ModelResponse):
-            calls = [p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)]
-            if not calls:
-                continue
-            following = messages[position + 1] if position + 1 < size else None
-            answers = (
-                [result_call_id(p) for p in following.parts if is_tool_result(p)]
-                if isinstance(following, ModelRequest)
-                else []
-            )
-            for call_id in dict.fromkeys(calls):
-                if answers.count(call_id) < calls.count(call_id):
-                    problems.append(
-                        f"call {call_id} at {position} is not answered by the next message"
-                    )
-            continue
-        results = [result_call_id(p) for p in message.parts if is_tool_result(p)]
-        if not results:
-            continue
-        before = messages[position - 1] if position > 0 else None
-        asked = (
-            [p.tool_call_id for p in before.parts if isinstance(p, ToolCallPart)]
-            if isinstance(before, ModelResponse)
-            else []
-        )
-        for call_id in dict.fromkeys(results):
-            if results.count(call_id) > asked.count(call_id):
-                problems.append(
-                    f"result {call_id} at {position} answers no call of the response before it"
-                )
-    return problems

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.test import Client
-from pydantic_ai.messages import ModelResponse
+from pydantic_ai.messages import ModelResponse, ToolReturnPart
 from pydantic_ai.usage import RequestUsage
 
 from sessions import services
@@ -98,7 +98,12 @@ def test_fates_name_what_each_part_goes_through(client: Client, alice: object) -
     session = make_session(alice, model="openai:gpt-4o")
     # Outputs over the truncation limit, and more of them than the budget holds.
     output = "\n".join(f"line {n} of the file" for n in range(2_500))
-    services.append_messages(session, agent_turns(6, 2, output))
+    history = agent_turns(6, 2, output)
+    # Each read returns a file of its own: copies of one output would be references to the
+    # newest copy sent whole instead.
+    for part in (p for m in history for p in m.parts if isinstance(p, ToolReturnPart)):
+        part.content = f"{part.tool_call_id}\n{output}"
+    services.append_messages(session, history)
     client.force_login(alice)
     page = client.get(f"/sessions/{session.pk}/").content.decode()
     actions = set(re.findall(r'class="badge action-(\w+)"', page))

@@ -48,6 +48,7 @@ from pydantic_ai.models import Model
 
 from .compaction_plan import (
     DEFAULT_USER_MESSAGES_TOKENS,
+    CompactionPlan,
     Form,
     plan_compaction,
     stamp,
@@ -56,7 +57,7 @@ from .counting import MARK
 from .draft import render_draft
 from .facts import count_tokens, message_facts
 from .governor import govern
-from .ledger import LedgerItem, extract_ledger, reconcile
+from .ledger import Ledger, LedgerItem, Reconciled, extract_ledger, reconcile
 from .policy import Policy, Threshold
 from .steps.window import notice_omitted
 from .summaries import (
@@ -74,7 +75,7 @@ from .summarise import (
     request_worked_on,
     summarize,
 )
-from .tokens import tokenizer_for
+from .tokens import Tokenizer, tokenizer_for
 
 Outcome = Literal["summarized", "fallback", "refused", "nothing_to_compact"]
 
@@ -153,8 +154,6 @@ async def compact(
     """
     started = time.perf_counter()
     policy = policy or Policy()
-    tokenizer = tokenizer_for(model)
-    two = form == "two_message"
     plan = plan_compaction(
         messages,
         policy,
@@ -164,25 +163,68 @@ async def compact(
         form=form,
         user_messages_tokens=user_messages_tokens,
     )
-    stripped, partition, middle, users = plan.stripped, plan.partition, plan.middle, plan.users
-    history = plan.history
-    summarizer_name = model_name(summarizer)
-    sent_before = _sent(messages, messages, policy, model, pinned)
+    reporting = _Reporting(
+        form, model_name(summarizer), model, focus, messages, plan, started,
+        sent_before=_sent(messages, messages, policy, model, pinned),
+    )  # fmt: skip
+    if not plan.middle:
+        return reporting.unchanged("nothing_to_compact")
+    summary = await _summary(
+        plan, messages, summarizer, focus, summarizer_window, summary_tokens, form, on_chunk, model
+    )
+    tokenizer = tokenizer_for(model)
+    if summary.tokens > DEFAULT_SUMMARY_TOKENS:
+        # A longer summary (the ledger's facts) leaves less room for user messages verbatim.
+        plan = plan.with_users_for(summary.tokens, user_messages_tokens, tokenizer)
+    output = _assembled(plan, summary, form)
+    replaced = _replaced(plan, messages, tokenizer)
+    details = summary.details(plan, replaced)
+    if summary.tokens >= replaced:
+        details["error"] = (
+            f"inflation guard: the summary takes {summary.tokens} tokens, more than the "
+            f"{replaced} it would replace"
+        )
+        return reporting.unchanged("refused", summary.text, **details)
+    return Compacted(
+        output,
+        summary.text,
+        reporting.report(
+            outcome=summary.outcome,
+            tokens_after=count_tokens(output, model=model),
+            sent_after=_sent(output, messages, policy, model, pinned),
+            messages_after=len(output),
+            **details,
+        ),
+    )
 
-    def report(**values: Any) -> CompactionReport:
+
+@dataclass
+class _Reporting:
+    """What every report of one compaction says, whatever its outcome."""
+
+    form: Form
+    summarizer: str
+    model: str | None
+    focus: str | None
+    messages: Sequence[ModelMessage]
+    plan: CompactionPlan
+    started: float
+    sent_before: int
+
+    def report(self, **values: Any) -> CompactionReport:
         base: dict[str, Any] = {
-            "form": form,
-            "summarizer": summarizer_name,
-            "model": model,
-            "focus": focus,
-            "tokens_before": count_tokens(messages, model=model),
-            "sent_before": sent_before,
-            "sent_after": sent_before,
-            "messages_before": len(messages),
+            "form": self.form,
+            "summarizer": self.summarizer,
+            "model": self.model,
+            "focus": self.focus,
+            "tokens_before": count_tokens(self.messages, model=self.model),
+            "sent_before": self.sent_before,
+            "sent_after": self.sent_before,
+            "messages_before": len(self.messages),
             "summarized_indices": [],
             "summarized_messages": 0,
             "kept_user_indices": [],
-            "previous_summaries": len(stripped.summaries),
+            "previous_summaries": len(self.plan.stripped.summaries),
             "chunks": 0,
             "rounds": 0,
             "summary_tokens": 0,
@@ -191,23 +233,77 @@ async def compact(
             "ledger_omitted": 0,
             "kept_by_summarizer": [],
             "added_by_ledger": [],
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "duration_ms": round((time.perf_counter() - self.started) * 1000, 3),
         }
         base.update(values)
         return CompactionReport(**base)
 
-    if not middle:
-        unchanged = list(messages)
+    def unchanged(self, outcome: Outcome, text: str | None = None, **values: Any) -> Compacted:
+        """The history left as it is, and why."""
+        kept = list(self.messages)
         return Compacted(
-            unchanged,
-            None,
-            report(
-                outcome="nothing_to_compact",
-                tokens_after=count_tokens(unchanged, model=model),
-                messages_after=len(unchanged),
+            kept,
+            text,
+            self.report(
+                outcome=outcome,
+                tokens_after=count_tokens(kept, model=self.model),
+                messages_after=len(kept),
+                **values,
             ),
         )
 
+
+@dataclass
+class _Summary:
+    """The message standing for the middle, and how it was written."""
+
+    text: str
+    part: UserPromptPart
+    tokens: int
+    note: dict[str, Any]
+    represented: int
+    ledger: Ledger
+    reconciled: Reconciled
+    outcome: Outcome
+    error: str | None
+    chunks: int
+    rounds: int
+
+    def details(self, plan: CompactionPlan, replaced: int) -> dict[str, Any]:
+        """What the report says of the summary and what it stands for."""
+        return {
+            "error": self.error,
+            "summarized_indices": sorted(
+                {*(i for i, _ in plan.middle), *plan.stripped.summary_indices}
+            ),
+            "summarized_messages": self.represented,
+            "kept_user_indices": [i for i, _ in plan.users],
+            "chunks": self.chunks,
+            "rounds": self.rounds,
+            "summary_tokens": self.tokens,
+            "replaced_tokens": replaced,
+            "ledger": self.ledger.items,
+            "ledger_omitted": self.ledger.omitted,
+            "kept_by_summarizer": [i.text for i in self.reconciled.kept_by_summarizer],
+            "added_by_ledger": [i.text for i in self.reconciled.added_by_ledger],
+        }
+
+
+async def _summary(
+    plan: CompactionPlan,
+    messages: Sequence[ModelMessage],
+    summarizer: Model | str,
+    focus: str | None,
+    window: int | None,
+    summary_tokens: int,
+    form: Form,
+    on_chunk: ChunkCallback | None,
+    model: str | None,
+) -> _Summary:
+    """Summarise the plan's middle (with the earlier summaries it replaces), the ledger's
+    facts appended; the marker and the facts if the summariser fails."""
+    stripped, middle = plan.stripped, plan.middle
+    tokenizer = tokenizer_for(model)
     represented = sum(messages_represented(s) for s in stripped.summaries) + sum(
         notice_omitted(m) or 1 for _, m in middle
     )
@@ -221,7 +317,6 @@ async def compact(
     items = [render_message(m) for m in summaries_as_messages]
     items += request_worked_on(messages, middle, tokenizer)
     items += [text for _, m in middle if (text := render_message(m))]
-
     outcome: Outcome = "summarized"
     error: str | None = None
     chunks = rounds = 0
@@ -230,7 +325,7 @@ async def compact(
             items,
             summarizer,
             focus=focus,
-            window=summarizer_window,
+            window=window,
             summary_tokens=summary_tokens,
             on_chunk=on_chunk,
         )
@@ -242,86 +337,48 @@ async def compact(
     else:
         chunks, rounds = result.chunks, result.rounds
         reconciled = reconcile(render_draft(result.draft), ledger)
-        prefix = COMPACT_PREFIX if two else SUMMARY_PREFIX.format(count=represented)
+        prefix = (
+            COMPACT_PREFIX if form == "two_message" else SUMMARY_PREFIX.format(count=represented)
+        )
         text = f"{prefix}\n{reconciled.text}"
-
     note = {"compaction": "summary" if outcome == "summarized" else "marker"}
     when = stamp([m for _, m in middle])
-    summary_part = UserPromptPart(text, timestamp=when) if when else UserPromptPart(text)
-    summary_tokens_used = message_facts(ModelRequest(parts=[summary_part]), tokenizer).tokens
-    if summary_tokens_used > DEFAULT_SUMMARY_TOKENS:
-        # A longer summary (the ledger's facts) leaves less room for user messages verbatim.
-        plan = plan.with_users_for(summary_tokens_used, user_messages_tokens, tokenizer)
-        users = plan.users
-    kept_users = [m for _, m in users]
-    if two:
-        user_parts = [p for m in kept_users for p in m.parts]
-        first = ModelRequest(
-            parts=[*stripped.system_parts, *user_parts, summary_part],
-            metadata={MARK: {**note, "messages": represented}},
-        )
-        sticky = [
-            m
-            for m in partition.messages[:-1]
-            if notice_omitted(m) is None or any(m is h for h in history)
-        ]
-        output = [first, ModelResponse(parts=[TextPart(ACKNOWLEDGEMENT)]), *sticky]
-    else:
-        summary_message = ModelRequest(
-            parts=[summary_part], metadata={MARK: {**note, "messages": represented}}
-        )
-        output = plan.assemble(summary_message)
-    kept_user_tokens = sum(message_facts(m, tokenizer).tokens for m in kept_users)
+    part = UserPromptPart(text, timestamp=when) if when else UserPromptPart(text)
+    tokens = message_facts(ModelRequest(parts=[part]), tokenizer).tokens
+    return _Summary(
+        text, part, tokens, note, represented, ledger, reconciled, outcome, error, chunks, rounds
+    )
 
-    previous_tokens = sum(
-        message_facts(messages[i], tokenizer).tokens for i in stripped.summary_indices
+
+def _replaced(plan: CompactionPlan, messages: Sequence[ModelMessage], tokenizer: Tokenizer) -> int:
+    """Tokens the summary stands for: the middle and the earlier summaries, but the user
+    messages kept verbatim."""
+
+    def tokens(message: ModelMessage) -> int:
+        return message_facts(message, tokenizer).tokens
+
+    middle = sum(tokens(m) for _, m in plan.middle)
+    previous = sum(tokens(messages[i]) for i in plan.stripped.summary_indices)
+    return middle + previous - sum(tokens(m) for _, m in plan.users)
+
+
+def _assembled(plan: CompactionPlan, summary: _Summary, form: Form) -> list[ModelMessage]:
+    """The compacted history: the summary where the middle was (or, in the two-message form,
+    with the system prompt and the kept user messages, acknowledged)."""
+    kept_users = [m for _, m in plan.users]
+    metadata = {MARK: {**summary.note, "messages": summary.represented}}
+    if form != "two_message":
+        return plan.assemble(ModelRequest(parts=[summary.part], metadata=metadata))
+    user_parts = [p for m in kept_users for p in m.parts]
+    first = ModelRequest(
+        parts=[*plan.stripped.system_parts, *user_parts, summary.part], metadata=metadata
     )
-    replaced = (
-        sum(message_facts(m, tokenizer).tokens for _, m in middle)
-        + previous_tokens
-        - kept_user_tokens
-    )
-    details: dict[str, Any] = {
-        "error": error,
-        "summarized_indices": sorted({*(i for i, _ in middle), *stripped.summary_indices}),
-        "summarized_messages": represented,
-        "kept_user_indices": [i for i, _ in users],
-        "chunks": chunks,
-        "rounds": rounds,
-        "summary_tokens": summary_tokens_used,
-        "replaced_tokens": replaced,
-        "ledger": ledger.items,
-        "ledger_omitted": ledger.omitted,
-        "kept_by_summarizer": [i.text for i in reconciled.kept_by_summarizer],
-        "added_by_ledger": [i.text for i in reconciled.added_by_ledger],
-    }
-    if summary_tokens_used >= replaced:
-        unchanged = list(messages)
-        details["error"] = (
-            f"inflation guard: the summary takes {summary_tokens_used} tokens, more than the "
-            f"{replaced} it would replace"
-        )
-        return Compacted(
-            unchanged,
-            text,
-            report(
-                outcome="refused",
-                tokens_after=count_tokens(unchanged, model=model),
-                messages_after=len(unchanged),
-                **details,
-            ),
-        )
-    return Compacted(
-        output,
-        text,
-        report(
-            outcome=outcome,
-            tokens_after=count_tokens(output, model=model),
-            sent_after=_sent(output, messages, policy, model, pinned),
-            messages_after=len(output),
-            **details,
-        ),
-    )
+    sticky = [
+        m
+        for m in plan.partition.messages[:-1]
+        if notice_omitted(m) is None or any(m is h for h in plan.history)
+    ]
+    return [first, ModelResponse(parts=[TextPart(ACKNOWLEDGEMENT)]), *sticky]
 
 
 def _sent(

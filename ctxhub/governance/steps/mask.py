@@ -61,10 +61,9 @@ def mask(work: Work) -> None:
     """
     policy = work.policy.masking
     first = _results(work, policy.keep_first + 1, backward=False)
-    # The results of the newest exchange are the model's to read now: never all masked.
-    newest = _newest_exchange(work)
-    last = _results(work, max(policy.keep_last, newest) + 1, backward=True)
-    keep_last = max(policy.keep_last, newest)
+    # The results of the newest exchange are the model's to read now: never masked.
+    keep_last = max(policy.keep_last, _newest_exchange(work))
+    last = _results(work, keep_last + 1, backward=True)
     if len(first) <= policy.keep_first or len(last) <= keep_last:
         return
     low, high = first[policy.keep_first], last[keep_last]

@@ -3,6 +3,8 @@ window's landmarks, repeated outputs and where the current turn starts."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from .facts import MessageFacts
 from .positions import Landmarks
 from .prepared import Prepared
@@ -90,21 +92,36 @@ def duplicates(
     copies = {
         o: n for o, n in prepared.older_copies if not read or (o not in read and n not in read)
     }
-    for links in (copies, reads):
-        for output, later_output in links.items():
-            older = located(output)
-            if older is None:
-                continue
-            later = located(later_output)
-            # A copy pair repair removed (a second result for one call) is passed over.
-            while later is None or later == older:
-                following = links.get(later_output)
-                if following is None:
-                    break
-                later_output, later = following, located(following)
-            if later is not None and later != older:
-                found[older] = later
+    for output, later_output in copies.items():
+        older = located(output)
+        if older is None:
+            continue
+        later = located(later_output)
+        # A copy pair repair removed (a second result for one call) is passed over.
+        while later is None or later == older:
+            following = copies.get(later_output)
+            if following is None:
+                break
+            later_output, later = following, located(following)
+        if later is not None and later != older:
+            found[older] = later
+    # Reads go in the order they are sent: a late result pair repair moved next to its call
+    # is read when the call was made, and governing the output again finds that order.
+    for chain in _chains(reads):
+        sent = sorted({at for at in map(located, chain) if at is not None})
+        found.update(pairwise(sent))
     return found
+
+
+def _chains(links: dict[OutputAt, OutputAt]) -> list[list[OutputAt]]:
+    """The linear chains ``links`` (each older → the next) makes, from their first links."""
+    chains = []
+    for start in sorted(set(links).difference(links.values())):
+        chain = [start]
+        while chain[-1] in links:
+            chain.append(links[chain[-1]])
+        chains.append(chain)
+    return chains
 
 
 def _output_part(fact: MessageFacts, digest: str, nth: int) -> int | None:

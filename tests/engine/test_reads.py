@@ -84,6 +84,35 @@ def test_arguments_sent_as_a_json_string_name_the_same_path() -> None:
     assert _output(governed.messages, "c1").startswith("[superseded by the later read_file")
 
 
+def test_a_truncated_read_is_superseded_by_a_later_truncated_read_of_the_path() -> None:
+    # Both reads are cut to 200 tokens: governed again, the later read's cut text is an output
+    # like any other, so the first pass must already supersede the older read by it.
+    policy = _policy(**KEYED, tool_output={"limit": 200})
+    history = _session()
+    governed = govern(history, policy, model=MODEL)
+    assert _output(governed.messages, "c1").startswith("[superseded by the later read_file c")
+    assert "[truncated: kept" in _output(governed.messages, "c3")
+    assert govern(governed.messages, policy, model=MODEL).messages == governed.messages
+
+
+def test_reads_are_ordered_by_their_calls_when_a_result_arrives_late() -> None:
+    # c3's result arrives after c4's: pair repair sends it after its call, before c4, so c3's
+    # read is the older one, in this request and whenever it is governed again.
+    history: list[ModelMessage] = [user("fix the parser")]
+    history += [
+        tool_call("read_file", id="c3", path="src/parser.py"),
+        tool_call("read_file", id="c4", path="src/parser.py"),
+        tool_result("read_file", words(400, "newer"), id="c4"),
+        tool_result("read_file", words(400, "older"), id="c3"),
+        user("now fix it"),
+    ]
+    governed = govern(history, _policy(**KEYED), model=MODEL)
+    assert _output(governed.messages, "c3").startswith("[superseded by the later read_file c")
+    assert _output(governed.messages, "c4") == _output(history, "c4")
+    again = govern(governed.messages, _policy(**KEYED), model=MODEL)
+    assert again.messages == governed.messages
+
+
 def test_a_governor_supersedes_as_the_history_grows() -> None:
     # Each request between actions is the previous one with the new messages appended, so the
     # older read is superseded when the Governor next acts, and every request stays in budget.

@@ -12,9 +12,11 @@ read even when what it returned changed: the older copy is stale.
 
     [superseded by the later read_file call c42 of the same path — ~5200 tokens]
 
-It runs after the window and group dropping, on what they kept, and only where a later copy
-is sent whole (kept, not masked, truncated or evicted), or where a later copy is truncated to
-the same text: a reference to something the model cannot see would lose the output. Outputs
+It runs after the window and group dropping, on what they kept. The target is the newest later
+copy the request carries as the tool's text (not masked, evicted or left out): a reference to
+something the model cannot see would lose the output. A copy of the same output is replaced
+only when that target holds all of it (sent whole, or truncated to the same text); an older
+read of a resource read again is stale, and is replaced whatever the later read shows. Outputs
 of at most ``Dedupe.min_tokens`` are left alone (a reference would save little), as are pinned
 messages and protected tools. Governing the result again changes nothing: a reference is
 governance's own part, not an output.
@@ -64,44 +66,37 @@ Copy = tuple[int, int]
 
 def dedupe(work: Work) -> int:
     """Replace older copies of repeated outputs, and older reads of a resource read again, by
-    references to the newest later copy sent whole; the number replaced.
+    references to the newest later copy in the request; the number replaced.
 
     Every target is chosen before anything is replaced: the result then holds no two copies a
     second pass would find (governing it again changes nothing).
     """
     minimum = work.policy.dedupe.min_tokens
     chains = work.duplicates
-    newest_whole = _newest_whole(work, chains)
+    newest = _newest_present(work, chains)
     chosen: list[tuple[Copy, Copy]] = []
-    for older in chains:
+    for older, target in newest.items():
         position, number = older
-        if not work.kept[position] or work.exempt(position):
+        if target is None or not work.kept[position] or work.exempt(position):
             continue
         work.materialise(position)
         state = work.states_of(position)[number]
-        if state.tokens_after <= minimum:
+        if state.tokens_after <= minimum or state.action not in _REPLACEABLE:
             continue
-        target = newest_whole.get(older)
-        if target is not None and state.action in _REPLACEABLE:
-            chosen.append((older, target))
-        elif target is None and state.action == "truncated":
-            # Truncated alike, the copies are the same text again: governing the result would
-            # find them repeated.
-            alike = _newest_truncated_alike(work, chains, older)
-            if alike is not None:
-                chosen.append((older, alike))
+        if _same(work, older, target) and not _holds_as_much(work, older, target):
+            continue
+        chosen.append((older, target))
     replaced = 0
     for (position, number), (later, later_number) in chosen:
         state = work.states_of(position)[number]
         output = plain_output(work.message_at(later).parts[later_number])
         assert output is not None
-        same = _digest(work, position, number) == _digest(work, later, later_number)
         transform = reference(
             work.message_at(position).parts[number],
             state.tokens_after,
             output.tool_call_id,
             work,
-            same=same,
+            same=_same(work, (position, number), (later, later_number)),
         )
         if transform is not None:
             work.set_part(position, number, transform)
@@ -109,8 +104,9 @@ def dedupe(work: Work) -> int:
     return replaced
 
 
-def _newest_whole(work: Work, chains: dict[Copy, Copy]) -> dict[Copy, Copy | None]:
-    """For each older copy, the newest later copy of its chain that is sent whole."""
+def _newest_present(work: Work, chains: dict[Copy, Copy]) -> dict[Copy, Copy | None]:
+    """For each older copy, the newest later copy of its chain that the request carries as the
+    tool's text (whole or truncated; not masked, evicted or left out)."""
     best: dict[Copy, Copy | None] = {}
     for start in chains:
         path: list[Copy] = []
@@ -121,47 +117,43 @@ def _newest_whole(work: Work, chains: dict[Copy, Copy]) -> dict[Copy, Copy | Non
         found = best.get(copy)
         for older in reversed(path):
             later = chains[older]
-            if found is None and _sent_whole(work, later):
+            if found is None and _present(work, later):
                 found = later
             best[older] = found
     return best
 
 
-def _newest_truncated_alike(work: Work, chains: dict[Copy, Copy], older: Copy) -> Copy | None:
-    """The newest later copy of ``older``'s chain truncated to the same text."""
-    text = getattr(work.message_at(older[0]).parts[older[1]], "content", None)
-    found = None
-    copy = older
-    while copy in chains:
-        copy = chains[copy]
-        position, number = copy
-        if not work.kept[position]:
-            continue
-        work.materialise(position)
-        if work.states_of(position)[number].action != "truncated":
-            continue
-        output = plain_output(work.message_at(position).parts[number])
-        if output is not None and output.content == text:
-            found = copy
-    return found
-
-
-def _sent_whole(work: Work, copy: Copy) -> bool:
+def _present(work: Work, copy: Copy) -> bool:
     position, number = copy
     if not work.kept[position]:
         return False
     work.materialise(position)
-    if work.states_of(position)[number].action not in _WHOLE:
+    if work.states_of(position)[number].action not in _REPLACEABLE:
         return False
     output = plain_output(work.message_at(position).parts[number])
     return output is not None and not marked(output) and tool_output_text(output) is not None
 
 
+def _holds_as_much(work: Work, older: Copy, later: Copy) -> bool:
+    """Whether the later copy of the same output carries all the older copy does: it is sent
+    whole, or both are truncated to the same text. (A read superseded by a later read of the
+    same resource is stale, and goes whatever the later copy shows.)"""
+    if work.states_of(later[0])[later[1]].action != "truncated":
+        return True
+    text = getattr(work.message_at(older[0]).parts[older[1]], "content", None)
+    later_text = getattr(work.message_at(later[0]).parts[later[1]], "content", None)
+    return text == later_text
+
+
 # A result pair repair moved next to its call is synthesized in the working state where it now
-# sits, but its text is the tool's own: it counts as sent whole, as it will when governed again.
-_WHOLE = frozenset({"kept", "synthesized"})
-# A copy truncated (or a stale read) is replaced as well: the copy sent whole holds all of it.
-_REPLACEABLE = _WHOLE | {"truncated"}
+# sits, but its text is the tool's own. A truncated copy is the tool's text too: governed again,
+# it is an output like any other (truncating it again changes nothing), so it must be a target
+# the first time as it will be the second.
+_REPLACEABLE = frozenset({"kept", "synthesized", "truncated"})
+
+
+def _same(work: Work, older: Copy, later: Copy) -> bool:
+    return _digest(work, *older) == _digest(work, *later)
 
 
 def _digest(work: Work, position: int, number: int) -> str | None:

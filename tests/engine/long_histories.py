@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import strategies as st
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -214,3 +215,18 @@ def build(spec: Spec) -> list[ModelMessage]:
     if late and rng.random() < 0.5:
         deliver_late([])
     return history
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> Spec:
+    """Long histories: mostly hundreds of messages (up to about a thousand)."""
+    return Spec(
+        seed=draw(st.integers(0, (1 << 32) - 1)),
+        # Half the examples long by construction; the others may shrink to a few turns.
+        turns=draw(st.one_of(st.integers(2, 40), st.integers(20, 40))),
+        iterations=draw(st.one_of(st.integers(1, 16), st.integers(8, 16))),
+        parallel=draw(st.integers(1, 4)),
+        huge=draw(st.integers(0, 3)),
+        interrupts=draw(st.integers(0, 3)),
+        broken=draw(st.integers(0, 3)),
+    )

@@ -22,8 +22,11 @@ keep them, cut only at safe points; what the window would drop is what gets summ
   cap (20,000 by default, as AgenticLoop RFC 005 keeps them).
 * The fact ledger (``ledger.py``) appends every path, URL, identifier, error, command, number
   and name the summary dropped.
-* A summary larger than what it replaces is refused (inflation guard): the history is returned
-  unchanged. Any summariser failure puts co-cli's static marker (with the ledger) in its place.
+* The compacted history aims at the low-water mark of the history budget, or at what the next
+  request carries now when that is less (``plan_compaction``). A summary larger than what it
+  replaces is refused (inflation guard), and so is a compaction that would make the next
+  request larger than it is (growth guard): the history is returned unchanged. Any summariser
+  failure puts co-cli's static marker (with the ledger) in its place.
 
 Compaction never mutates its input; messages it changes are rebuilt with
 ``dataclasses.replace``.
@@ -50,13 +53,13 @@ from .compaction_plan import (
     DEFAULT_USER_MESSAGES_TOKENS,
     CompactionPlan,
     Form,
+    next_request_tokens,
     plan_compaction,
     stamp,
 )
 from .counting import MARK
 from .draft import render_draft
 from .facts import count_tokens, message_facts
-from .governor import govern
 from .ledger import Ledger, LedgerItem, Reconciled, extract_ledger, reconcile
 from .policy import Policy, Threshold
 from .steps.window import notice_omitted
@@ -163,18 +166,20 @@ async def compact(
         form=form,
         user_messages_tokens=user_messages_tokens,
     )
-    reporting = _Reporting(
-        form, model_name(summarizer), model, focus, messages, plan, started,
-        sent_before=_sent(messages, messages, policy, model, pinned),
-    )  # fmt: skip
+    reporting = _Reporting(form, model_name(summarizer), model, focus, messages, plan, started)
     if not plan.middle:
         return reporting.unchanged("nothing_to_compact")
+    summary_tokens = plan.summary_tokens_for(summary_tokens)
+    if summary_tokens < MIN_SUMMARY_TOKENS:
+        least = plan.kept_tokens + MIN_SUMMARY_TOKENS
+        return reporting.unchanged("refused", error=_grows(plan, f"at least {least}"))
     summary = await _summary(
         plan, messages, summarizer, focus, summarizer_window, summary_tokens, form, on_chunk, model
     )
     tokenizer = tokenizer_for(model)
-    if summary.tokens > DEFAULT_SUMMARY_TOKENS:
-        # A longer summary (the ledger's facts) leaves less room for user messages verbatim.
+    if summary.tokens > plan.summary_tokens_for(DEFAULT_SUMMARY_TOKENS):
+        # A longer summary than planned for (the ledger's facts) leaves less room for the user
+        # messages kept verbatim.
         plan = plan.with_users_for(summary.tokens, user_messages_tokens, tokenizer)
     output = _assembled(plan, summary, form)
     replaced = _replaced(plan, messages, tokenizer)
@@ -185,16 +190,32 @@ async def compact(
             f"{replaced} it would replace"
         )
         return reporting.unchanged("refused", summary.text, **details)
+    sent_after = next_request_tokens(output, messages, policy, model, pinned)
+    if sent_after > plan.sent_before:
+        details["error"] = _grows(plan, str(sent_after))
+        return reporting.unchanged("refused", summary.text, **details)
     return Compacted(
         output,
         summary.text,
         reporting.report(
             outcome=summary.outcome,
             tokens_after=count_tokens(output, model=model),
-            sent_after=_sent(output, messages, policy, model, pinned),
+            sent_after=sent_after,
             messages_after=len(output),
             **details,
         ),
+    )
+
+
+MIN_SUMMARY_TOKENS = 200
+"""The shortest summary worth writing: the fixed structure and a few facts."""
+
+
+def _grows(plan: CompactionPlan, sent_after: str) -> str:
+    """Why a compaction is refused that would make the next request larger."""
+    return (
+        f"growth guard: the next request carries {plan.sent_before} tokens now, and would "
+        f"carry {sent_after} compacted"
     )
 
 
@@ -209,7 +230,6 @@ class _Reporting:
     messages: Sequence[ModelMessage]
     plan: CompactionPlan
     started: float
-    sent_before: int
 
     def report(self, **values: Any) -> CompactionReport:
         base: dict[str, Any] = {
@@ -218,8 +238,8 @@ class _Reporting:
             "model": self.model,
             "focus": self.focus,
             "tokens_before": count_tokens(self.messages, model=self.model),
-            "sent_before": self.sent_before,
-            "sent_after": self.sent_before,
+            "sent_before": self.plan.sent_before,
+            "sent_after": self.plan.sent_before,
             "messages_before": len(self.messages),
             "summarized_indices": [],
             "summarized_messages": 0,
@@ -379,17 +399,3 @@ def _assembled(plan: CompactionPlan, summary: _Summary, form: Form) -> list[Mode
         if notice_omitted(m) is None or any(m is h for h in plan.history)
     ]
     return [first, ModelResponse(parts=[TextPart(ACKNOWLEDGEMENT)]), *sticky]
-
-
-def _sent(
-    history: Sequence[ModelMessage],
-    original: Sequence[ModelMessage],
-    policy: Policy,
-    model: str | None,
-    pinned: frozenset[int] | set[int],
-) -> int:
-    """Tokens the next request carries for ``history`` (the original or its compaction, in
-    which the messages pinned in ``original`` are the same objects)."""
-    pinned_ids = {id(original[i]) for i in pinned if 0 <= i < len(original)}
-    pins = frozenset(p for p, m in enumerate(history) if id(m) in pinned_ids)
-    return govern(history, policy, model=model, pinned=pins).tokens_after

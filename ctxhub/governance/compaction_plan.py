@@ -15,6 +15,7 @@ from pydantic_ai.messages import (
 )
 
 from .facts import message_facts
+from .governed import Governed
 from .governor import govern
 from .policy import DEFAULT_NOTICE, MIN_TRUNCATION_TOKENS, Policy, Threshold
 from .steps.truncate import truncate_text
@@ -152,19 +153,39 @@ class CompactionPlan:
 
     stripped: Stripped
     history: list[ModelMessage]
-    partition: Any
+    partition: Governed
     middle: list[tuple[int, ModelMessage]]
     """(input index, message) of each message the window would drop: what gets summarised."""
     users: list[tuple[int, ModelRequest]]
     """(input index, copy) of the middle's user messages kept verbatim."""
     aim: int
-    """Tokens the compacted history aims at (the low-water mark of the history budget)."""
+    """Tokens the compacted history aims at: the low-water mark of the history budget, or what
+    the next request carries now (``sent_before``) when that is less."""
+    sent_before: int
+    """Tokens the next request carries before the compaction."""
+    kept_tokens: int
+    """Tokens the next request would carry of what the compaction keeps."""
+    users_tokens: int = 0
+    """Tokens of the user messages kept verbatim."""
+
+    @property
+    def room(self) -> int:
+        """Tokens the aim leaves beside what is kept, for the summary and the user messages
+        kept verbatim."""
+        return max(0, self.aim - self.kept_tokens)
+
+    def summary_tokens_for(self, requested: int) -> int:
+        """The longest summary to ask for: ``requested``, or what the room leaves beside the
+        user messages kept verbatim when that is less."""
+        return max(0, min(requested, self.room - self.users_tokens))
 
     def with_users_for(self, summary_tokens: int, cap: int, tokenizer: Tokenizer) -> Self:
         """This plan keeping what user messages fit beside a summary of ``summary_tokens``
         (at most ``cap`` tokens of them)."""
-        room = max(0, min(cap, self.aim - self.partition.tokens_after - summary_tokens))
-        return replace(self, users=select_users(self.middle, room, tokenizer))
+        room = max(0, min(cap, self.room - summary_tokens))
+        users = select_users(self.middle, room, tokenizer)
+        tokens = sum(message_facts(m, tokenizer).tokens for _, m in users)
+        return replace(self, users=users, users_tokens=tokens)
 
     @property
     def summarized_indices(self) -> list[int]:
@@ -203,7 +224,14 @@ def plan_compaction(
     user_messages_tokens: int = DEFAULT_USER_MESSAGES_TOKENS,
 ) -> CompactionPlan:
     """The messages ``compact`` with the same arguments would summarise, without summarising:
-    a preview, and the first half of ``compact`` itself."""
+    a preview, and the first half of ``compact`` itself.
+
+    The compacted history aims at the low-water mark of the history budget, or at what the
+    next request carries now when that is less: a compaction leaves the next requests room to
+    grow, and never makes the next one larger. Unless ``keep`` is given, fewer recent messages
+    are kept verbatim where they would leave the summary less than its share of the aim (half
+    of it, or the summary's default size when that is less).
+    """
     policy = policy or Policy()
     tokenizer = tokenizer_for(model)
     window_tokens = policy.context_window or context_window(model)
@@ -215,26 +243,60 @@ def plan_compaction(
         history.append(ModelRequest(parts=[UserPromptPart("\u2026")]))
     position_of = {index: p for p, index in enumerate(stripped.index)}
     pins = frozenset(position_of[i] for i in pinned if i in position_of)
-    keep = (
-        Threshold(kind="tokens", value=1) if two else (keep or policy.window.keep or DEFAULT_KEEP)
-    )
-    partition = govern(
-        history,
-        _partition_policy(
-            policy, keep, window_tokens, keep_head=not two and policy.window.keep_head
-        ),
-        model=model,
-        pinned=pins,
-    )
+    keep_head = not two and policy.window.keep_head
+    sent_before = next_request_tokens(messages, messages, policy, model, pinned)
+    low_water = int(policy.history_budget(window_tokens) * policy.hysteresis.low_water)
+    aim = min(low_water, sent_before)
+
+    def partition_keeping(keep: Threshold) -> tuple[Governed, int]:
+        """What the window forced on keeps, and the tokens it would send, the notice
+        standing where the summary goes."""
+        rules = _partition_policy(policy, keep, window_tokens, keep_head=keep_head)
+        partition = govern(history, rules, model=model, pinned=pins)
+        return partition, next_request_tokens(partition.messages, messages, policy, model, pinned)
+
+    if two:
+        partition, kept = partition_keeping(Threshold(kind="tokens", value=1))
+    else:
+        partition, kept = partition_keeping(keep or policy.window.keep or DEFAULT_KEEP)
+        # Where what is kept leaves the summary less than its share of the aim, fewer recent
+        # messages are kept (unless the caller said how many).
+        share = min(DEFAULT_SUMMARY_TOKENS, aim // 2)
+        if keep is None and _drops(partition) and kept > aim - share:
+            partition, kept = partition_keeping(_smaller_keep(partition, kept - (aim - share)))
     dropped = [
         r.index
         for r in partition.report.messages
         if r.index is not None and not r.kept and r.index < len(stripped.index)
     ]
     middle = [(stripped.index[p], stripped.history[p]) for p in dropped]
-    # The compacted history aims at the low-water mark, so the next requests have room to
-    # grow before the next action: the user messages kept verbatim take what the kept
-    # messages and the summary leave of it.
-    aim = int(policy.history_budget(window_tokens) * policy.hysteresis.low_water)
-    plan = CompactionPlan(stripped, history, partition, middle, [], aim)
-    return plan.with_users_for(DEFAULT_SUMMARY_TOKENS, user_messages_tokens, tokenizer)
+    plan = CompactionPlan(stripped, history, partition, middle, [], aim, sent_before, kept)
+    # Where the room is short, the summary and the user's own words share it.
+    summary = min(DEFAULT_SUMMARY_TOKENS, plan.room // 2)
+    return plan.with_users_for(summary, user_messages_tokens, tokenizer)
+
+
+def _drops(partition: Governed) -> bool:
+    return any(not m.kept for m in partition.report.messages if m.index is not None)
+
+
+def _smaller_keep(partition: Governed, excess: int) -> Threshold:
+    """A keep of ``excess`` fewer recent tokens than ``partition`` keeps (the current request
+    is always kept)."""
+    tail = sum(m.tokens_after for m in partition.report.messages if m.kept and m.zone == "tail")
+    return Threshold(kind="tokens", value=max(1, tail - excess))
+
+
+def next_request_tokens(
+    history: Sequence[ModelMessage],
+    original: Sequence[ModelMessage],
+    policy: Policy,
+    model: str | None,
+    pinned: frozenset[int] | set[int],
+) -> int:
+    """Tokens the next request carries for ``history`` (the original or its compaction, in
+    which the messages pinned in ``original`` are the same objects), governed as a fresh
+    Governor would."""
+    pinned_ids = {id(original[i]) for i in pinned if 0 <= i < len(original)}
+    pins = frozenset(p for p, m in enumerate(history) if id(m) in pinned_ids)
+    return govern(history, policy, model=model, pinned=pins).tokens_after

@@ -16,6 +16,7 @@ from compact_builders import (
 from engine_builders import MODEL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from long_histories import Spec, build, specs
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -254,6 +255,8 @@ def test_a_compaction_reports_what_the_next_request_carries_before_and_after(
     before = govern(history, policy, model=MODEL).tokens_after
     after = govern(compacted.messages, policy, model=MODEL).tokens_after
     assert (report.sent_before, report.sent_after) == (before, after)
+    # A compaction never makes the next request larger than it was.
+    assert after <= before, report
 
 
 async def test_a_compaction_lands_at_the_low_water_mark() -> None:
@@ -266,6 +269,56 @@ async def test_a_compaction_lands_at_the_low_water_mark() -> None:
     assert report.outcome == "summarized", report.error
     aim = policy.history_budget(12_000) * policy.hysteresis.low_water
     assert report.sent_after <= aim < report.sent_before
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=specs(),
+    window=st.sampled_from([12_000, 16_000, 32_000, 128_000]),
+    masking=st.sampled_from(["always", "over_budget", "never"]),
+    keep_head=st.booleans(),
+)
+def test_a_compaction_never_makes_the_next_request_larger(
+    spec: Spec, window: int, masking: str, keep_head: bool
+) -> None:
+    history = build(spec)
+    policy = Policy.model_validate(
+        {
+            "context_window": window,
+            "masking": {"apply": masking},
+            "window": {"keep_head": keep_head},
+        }
+    )
+    compacted = asyncio.run(compact(history, policy, summarizer=EXTRACTIVE, model=MODEL))
+    report = compacted.report
+    assert report.sent_after <= report.sent_before, report
+    if report.outcome == "refused":
+        assert compacted.messages == history
+        assert report.error is not None
+        assert report.error.startswith(("growth guard", "inflation guard")), report.error
+
+
+async def test_a_compaction_that_would_grow_the_next_request_is_refused() -> None:
+    # Governing already sends only the head and the latest turn: a summary beside them would
+    # make the next request larger than it is.
+    history: list[ModelMessage] = [user("start", system="You are careful.")]
+    for k in range(12):
+        history += [
+            user(f"step {k}"),
+            tool_call("read_file", id=f"c{k}", path=f"src/m{k}.py"),
+            tool_result("read_file", words(1_200, f"w{k}"), id=f"c{k}"),
+            reply(f"done {k}"),
+        ]
+    policy = Policy(context_window=6_000, reserved_output_tokens=500)
+    compacted = await compact(history, policy, summarizer=EXTRACTIVE, model=MODEL)
+    report = compacted.report
+    assert report.outcome == "refused"
+    assert report.error is not None
+    assert report.error.startswith("growth guard: the next request")
+    assert compacted.messages == history
+    assert (
+        report.sent_after == report.sent_before == govern(history, policy, model=MODEL).tokens_after
+    )
 
 
 async def test_the_newest_user_message_is_kept_cut_rather_than_an_older_one() -> None:

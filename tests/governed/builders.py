@@ -17,9 +17,11 @@ from sessions.models import AgentSession
 from tests.factories import make_session
 from tests.messages import reply, user
 
-# A window small enough that a dozen turns need governing and compaction has a middle.
+# A window small enough that a dozen turns need governing and compaction has a middle, and
+# large enough that the request governing sends carries more than the head and the latest
+# turn: a compaction (which never makes the next request larger) has room for its summary.
 SMALL_POLICY: dict[str, Any] = {
-    "context_window": 6_000,
+    "context_window": 16_000,
     "reserved_output_tokens": 500,
     "compaction": {"auto": False},
 }

@@ -123,7 +123,8 @@ def test_undo_restores_the_effective_history_exactly(alice: Any) -> None:
 
 
 def test_pins_survive_compaction_and_the_newest_request_stays_verbatim(alice: Any) -> None:
-    session = agentic_session(alice)
+    # A window with room for the head, the pinned results and a summary in what is sent now.
+    session = agentic_session(alice, context_window=24_000)
     pinned = 9  # a tool result in the middle of the history
     services.pin(session, pinned)
     newest = services.append_message(session, user("Now deploy it to staging-eu-2, please."))

@@ -260,10 +260,14 @@ class Hysteresis(_Model):
         description="Off: every request is governed on its own, filling the budget.",
     )
     high_water: float = Field(
-        default=0.9,
+        default=1.0,
         gt=0,
         le=1,
-        description="Share of the history budget at which the governor acts.",
+        description=(
+            "Share of the history budget at which the governor acts. At 1, the default, it "
+            "acts when the next request would pass the budget: an action costs the session "
+            "the same whenever it is taken, and every request before it reads the cache."
+        ),
     )
     low_water: float = Field(
         default=0.4,

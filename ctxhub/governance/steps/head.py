@@ -1,5 +1,6 @@
 """The head the sliding window keeps: the first run — up to the first response with text, as
-co-cli finds it — or the first messages or tokens the policy sizes it to (``Window.head``).
+co-cli finds it, when that answer came before the current turn (else the first request) — or
+the first messages or tokens the policy sizes it to (``Window.head``).
 
 It is closed over its tool calls' results, and shrinks to the first request when it would take
 more than half the budget.
@@ -21,9 +22,13 @@ def find_head_end(work: Work) -> int:
         end = _sized_head(work, policy.head)
     else:
         first_text = work.landmarks.first_text
-        # Without a text response yet, the head is the first request: governing an output
-        # whose head was cut to its first request must find that same head again.
-        end = _first_request(work) if first_text is None else first_text
+        # Without a text response before the current turn, the head is the first request:
+        # governing an output whose head was cut to its first request (the answer left out)
+        # must find that same head again.
+        if first_text is None or first_text >= work.turn_start:
+            end = _first_request(work)
+        else:
+            end = first_text
     end = min(end, work.turn_start - 1)
     if end < 0:
         return -1

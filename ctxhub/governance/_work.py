@@ -21,7 +21,7 @@ from .carried import Carry, base_counts
 from .counting import message_cache, message_tokens
 from .facts import MessageFacts
 from .names import StepName
-from .parts import PartState, Transform, rebuilt
+from .parts import PartState, Transform, plain_call, rebuilt
 from .policy import Policy
 from .positions import Drops, Landmarks, Messages
 from .steps.cap import cap_key, governed_version, smallest_cap
@@ -260,12 +260,15 @@ class Work:
         return self.tokens[position]
 
     def masked_at(self, position: int) -> frozenset[int] | None:
-        """Part numbers of a position's tool results masking replaces; None for none.
+        """Part numbers of a position's tool results masking replaces, or with
+        ``Masking.inputs`` of a response's calls whose results it replaces; None for none.
 
         Every ordinary output inside ``mask_span`` is masked, except in pinned or protected
         messages and where governance already wrote the part (a placeholder, a preview).
         """
         span = self.mask_span
+        if span is not None and not self.facts[position].request:
+            return self._masked_calls(position) if self.policy.masking.inputs else None
         if span is None or not span[0] <= position <= span[2]:
             return None
         maskable = self.facts[position].maskable
@@ -276,6 +279,24 @@ class Work:
         low = span[1] if position == span[0] else -1
         high = span[3] if position == span[2] else len(self.facts[position].part_tokens)
         chosen = frozenset(n for n in maskable if low <= n <= high)
+        return chosen or None
+
+    def _masked_calls(self, position: int) -> frozenset[int] | None:
+        """Part numbers of a response's calls whose results masking replaces (pair repair put
+        every result in the request right after its call)."""
+        if not self.facts[position].call_ids or position + 1 >= len(self.facts):
+            return None
+        results = self.masked_at(position + 1)
+        if not results or self.exempt(position):
+            return None
+        answered = self.base[position + 1].parts
+        ids = {getattr(answered[number], "tool_call_id", None) for number in results}
+        calls = self.base[position].parts
+        chosen = frozenset(
+            number
+            for number, part in enumerate(calls)
+            if (call := plain_call(part)) is not None and call.tool_call_id in ids
+        )
         return chosen or None
 
     def part_states(self, position: int) -> list[PartState]:

@@ -99,10 +99,13 @@ def seed(work: Work) -> None:
     if not _same_governing(work, carried):
         limit = min(limit, work.turn_start, carried.turn[0])
     offered = carried.governed_from
-    # Before both masked spans no output is masked: the head, governed on every call.
-    _take(work, _carried(work, 0, min(span[0], old[0], limit)))
+    # Before both masked spans no output is masked: the head, governed on every call. (The
+    # response before a span's first results masks its calls' inputs with them, and so does
+    # the response before its last: each is governed again.)
+    _take(work, _carried(work, 0, min(span[0], old[0], limit) - 1))
     # Strictly inside both spans every output is masked.
-    positions = _carried(work, max(span[0], old[0], offered - 1) + 1, min(span[2], old[2], limit))
+    start, end = max(span[0], old[0], offered - 1) + 1, min(span[2], old[2], limit) - 1
+    positions = _carried(work, start, end)
     if positions:
         first, last = positions[0], positions[-1] + 1
         if last - first == len(positions):

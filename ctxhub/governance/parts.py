@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from operator import is_
 from typing import Any, cast
 
+import pydantic_core
 from pydantic_ai.messages import ModelMessage, ToolCallPart, ToolReturnPart
 
 from .counting import MARK, Part, cached_part_tokens, message_cache, part_cache
@@ -123,6 +124,72 @@ def mark_metadata(part: Part, note: dict[str, Any]) -> dict[str, Any]:
     base = dict(metadata) if isinstance(metadata, dict) else {}
     base[MARK] = note
     return base
+
+
+def masked_version(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | None:
+    """The masked version of a tool result, or of the call of a masked result."""
+    if plain_call(part) is not None:
+        return masked_call(part, tokens, tokenizer)
+    return placeholder(part, tokens, tokenizer)
+
+
+MASKED_INPUT_CHARS = 100
+"""Argument values longer than this are masked with their call's result; shorter ones (a path,
+a flag, a count) stay, so the call still says what it did."""
+
+
+def masked_call(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | None:
+    """A call with its long argument values masked (keys, short values and the shape stay);
+    None when none is long."""
+    call = plain_call(part)
+    if call is None:
+        return None
+    values = part_cache(call)
+    key = ("mask-input", tokenizer.encoding_name)
+    if key in values:
+        cached: Transform | None = values[key]
+        return cached
+    result = None
+    args = _masked_args(call.args, tokenizer)
+    if args is not None:
+        new = replace(call, args=args)
+        count = cached_part_tokens(new, tokenizer)
+        result = None if count >= tokens else Transform(new, count, "masked", "mask")
+    values[key] = result
+    return result
+
+
+def _masked_args(
+    args: str | dict[str, Any] | None, tokenizer: Tokenizer
+) -> str | dict[str, Any] | None:
+    """The arguments with every long string value masked, of the same type (a dict, or a JSON
+    string); None when no value is long. Arguments that are not a JSON object are one value."""
+    if not args:
+        return None
+    if isinstance(args, dict):
+        masked = _masked_value(args, tokenizer)
+        return None if masked == args else masked
+    try:
+        parsed = pydantic_core.from_json(args)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        masked_raw = _masked_value(args, tokenizer)
+        return None if masked_raw == args else masked_raw
+    masked = _masked_value(parsed, tokenizer)
+    return None if masked == parsed else pydantic_core.to_json(masked).decode()
+
+
+def _masked_value(value: Any, tokenizer: Tokenizer) -> Any:
+    if isinstance(value, str):
+        if len(value) <= MASKED_INPUT_CHARS:
+            return value
+        return f"[input masked — ~{tokenizer.count(value)} tokens removed]"
+    if isinstance(value, dict):
+        return {key: _masked_value(item, tokenizer) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked_value(item, tokenizer) for item in value]
+    return value
 
 
 def placeholder(part: Part, tokens: int, tokenizer: Tokenizer) -> Transform | None:

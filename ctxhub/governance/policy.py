@@ -140,6 +140,13 @@ class Masking(_Model):
         default="over_budget",
         description="When to mask: always, only when the history is over budget, or never.",
     )
+    inputs: bool = Field(
+        default=False,
+        description=(
+            "Also mask the long argument values of the calls whose results are masked (a file "
+            "written in full goes out once); keys and short values such as paths stay."
+        ),
+    )
 
     @property
     def enabled(self) -> bool:

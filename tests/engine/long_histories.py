@@ -108,6 +108,13 @@ def _return(call: ToolCallPart, content: str, outcome: Any = "success") -> ToolR
     )
 
 
+def call_args(rng: random.Random, next_id: int) -> dict[str, Any]:
+    args: dict[str, Any] = {"path": f"f{next_id % 7}.py"}
+    if rng.random() < 0.2:
+        args["content"] = "\n".join(rng.choices(WORDS, k=rng.randint(40, 600)))
+    return args
+
+
 def build(spec: Spec) -> list[ModelMessage]:
     """The history ``spec`` stands for (the same messages, as new objects, on every call)."""
     rng = random.Random(spec.seed)
@@ -160,10 +167,9 @@ def build(spec: Spec) -> list[ModelMessage]:
             if rng.random() < 0.4:
                 lead.append(TextPart("next step " * rng.randint(1, 15)))
             calls = [
-                # Paths recur: a read of one supersedes an older read (``Dedupe.keys``).
-                ToolCallPart(
-                    rng.choice(TOOLS), {"path": f"f{next_id % 7}.py"}, tool_call_id=new_id()
-                )
+                # Paths recur: a read of one supersedes an older read (``Dedupe.keys``); a call
+                # in five carries a long value (a file written in full).
+                ToolCallPart(rng.choice(TOOLS), call_args(rng, next_id), tool_call_id=new_id())
                 for _ in range(rng.randint(1, spec.parallel))
             ]
             if rng.random() < broken / 2:

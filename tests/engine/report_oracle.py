@@ -213,7 +213,7 @@ def reference_report(
         action, step, ref = _rewritten(now)
         if ref is not None:
             evicted_refs.append(ref)
-        masked_sent += action == "masked"
+        masked_sent += action == "masked" and now.part_kind == "tool-return"
         add(step, before, after)
         return part(p, action, before, after, ref)
 
@@ -355,7 +355,12 @@ def _same_shape(repaired: ModelMessage, sent: ModelMessage) -> bool:
 
 def _rewritten(part: Any) -> tuple[str, str, str | None]:
     """What governance did to a part it sends rewritten (action, step, eviction reference),
-    from the note it leaves on it; a part cut without one was truncated."""
+    from the note it leaves on it (on a call, the marker masking leaves in its arguments); a
+    part cut without one was truncated."""
+    if part.part_kind == "tool-call":
+        # A call has no metadata: masking leaves its marker in the arguments.
+        masked = "[input masked — " in part.args_as_json_str()
+        return ("masked", "mask", None) if masked else ("truncated", TRUNCATED, None)
     metadata = getattr(part, "metadata", None)
     note = metadata.get(MARK) if isinstance(metadata, dict) else None
     if isinstance(note, dict):

@@ -67,6 +67,9 @@ def _output(draw: st.DrawFn) -> str:
     )
 
 
+LONG_ARGUMENT = "def f():\n    return 1\n" * 40
+
+
 @st.composite
 def histories(draw: st.DrawFn) -> list[ModelMessage]:
     history: list[ModelMessage] = []
@@ -83,7 +86,8 @@ def histories(draw: st.DrawFn) -> list[ModelMessage]:
             calls = [
                 ToolCallPart(
                     draw(st.sampled_from(["read", "grep", "manage_todo_list"])),
-                    {"n": 1},
+                    # Some calls carry a long value (a file written in full).
+                    draw(st.sampled_from([{"n": 1}, {"n": 1, "content": LONG_ARGUMENT}])),
                     tool_call_id=f"c{next(ids)}",
                 )
                 for _ in range(draw(st.integers(1, 3)))
@@ -138,6 +142,7 @@ def policies(draw: st.DrawFn) -> Policy:
                 "keep_first": draw(st.integers(0, 2)),
                 "keep_last": draw(st.integers(0, 3)),
                 "apply": draw(st.sampled_from(["always", "over_budget", "never"])),
+                "inputs": draw(st.booleans()),
             },
             "window": {
                 "enabled": draw(st.booleans()),
@@ -178,6 +183,7 @@ def long_policies(draw: st.DrawFn) -> Policy:
                 "keep_first": draw(st.integers(0, 2)),
                 "keep_last": draw(st.integers(0, 5)),
                 "apply": draw(st.sampled_from(["always", "over_budget", "never"])),
+                "inputs": draw(st.booleans()),
             },
             "window": {
                 "enabled": draw(st.integers(0, 4)) > 0,

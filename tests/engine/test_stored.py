@@ -112,15 +112,18 @@ def _allowed(
 ) -> set[int]:
     """Input indices governance may read: sent (changed or not), pair-repair sites, the latest
     request carrying instructions, and the messages it may look into before leaving them out:
-    those masking or a cap could change (a message is read to govern it), those holding an
-    output returned more than once (de-duplication looks at the copies), and the calls and
-    outputs of tools whose reads supersede each other (``Dedupe.keys``: the call names what
-    it reads). Without ``policy``, any message with a part is taken as one a cap could change
-    when the report says caps ran, and any tool's calls and outputs as keyed."""
+    those masking or a cap could change (a message is read to govern it: a result, or with
+    ``Masking.inputs`` a call), those holding an output returned more than once
+    (de-duplication looks at the copies), and the calls and outputs of tools whose reads
+    supersede each other (``Dedupe.keys``: the call names what it reads). Without ``policy``,
+    any message with a part is taken as one a cap could change when the report says caps ran,
+    and any tool's calls and outputs as keyed."""
     report = governed.report
     allowed = {m.index for m in report.messages if m.kept and m.index is not None}
     ran = {step.step for step in report.steps}
     masking = "mask" in ran
+    # With ``Masking.inputs`` a response's calls are masked with their results.
+    inputs = masking and (policy is None or policy.masking.inputs)
     deduplicating = policy is None or policy.dedupe.enabled
     if policy is not None:
         smallest = _smallest_cap(policy)
@@ -134,6 +137,7 @@ def _allowed(
         if (
             fact.largest > smallest
             or (masking and fact.maskable)
+            or (inputs and bool(fact.call_ids))
             or (deduplicating and any(copies[digest] > 1 for digest in fact.output_digests))
             or (not fact.request and not fact.tool_names.isdisjoint(keys))
             or any(names[number] in keys for number in fact.outputs)

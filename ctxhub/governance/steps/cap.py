@@ -19,8 +19,8 @@ from ..facts import MessageFacts
 from ..parts import (
     Transform,
     marked,
+    masked_version,
     measure,
-    placeholder,
     plain_call,
     plain_output,
     rebuilt,
@@ -49,14 +49,15 @@ class Work(Protocol):
 def governed_version(
     work: Work, position: int, message: ModelMessage, facts: MessageFacts, masked: frozenset[int]
 ) -> tuple[ModelMessage, int, tuple[tuple[int, Transform], ...]]:
-    """A message with its ``masked`` results replaced by placeholders and every other part
-    capped: the message, its tokens and the changes by part number."""
+    """A message with its ``masked`` results replaced by placeholders (or the long values of its
+    ``masked`` calls) and every other part capped: the message, its tokens and the changes by
+    part number."""
     changes: list[tuple[int, Transform]] = []
     for number, part in enumerate(message.parts):
-        transform: Transform | None
+        transform: Transform | None = None
         if number in masked:
-            transform = placeholder(part, facts.part_tokens[number], work.tokenizer)
-        else:
+            transform = masked_version(part, facts.part_tokens[number], work.tokenizer)
+        if transform is None:  # not masked, or nothing long enough to mask (a call)
             transform = cap(work, position, number, part, facts.part_tokens[number])
         if transform is not None:
             changes.append((number, transform))

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.db import connections
 from django.utils import timezone
 from pydantic_ai.messages import (
@@ -33,6 +32,7 @@ from sessions.models import ChatTurn, Message, MessageSource, TurnStatus
 from tests.factories import make_session
 from tests.fakes.openai_server import FakeOpenAI, ToolCallReply, fake_openai
 from tests.messages import agent_turns
+from tests.pushes import listening_layer
 
 __all__ = ["fake_openai"]  # the fixture, imported for pytest
 
@@ -45,6 +45,8 @@ class Pushes:
     def __init__(self) -> None:
         self.html: list[str] = []
         self.arrived = asyncio.Event()
+        self.failed: BaseException | None = None
+        """Why receiving stopped, if it did: waiting for more would only time out."""
 
     def text(self) -> str:
         return "\n".join(self.html)
@@ -54,13 +56,15 @@ class Pushes:
         change that sends them, later on a busy machine (ten seconds at most)."""
         async with asyncio.timeout(10):
             while not arrived(self):
+                if self.failed is not None:
+                    raise AssertionError("receiving pushes failed") from self.failed
                 self.arrived.clear()
                 await self.arrived.wait()
 
 
 @pytest.fixture
 async def watch() -> AsyncIterator[Any]:
-    layer = get_channel_layer()
+    layer = listening_layer()
     tasks: list[asyncio.Task[None]] = []
 
     async def start(session: Any) -> Pushes:
@@ -70,8 +74,12 @@ async def watch() -> AsyncIterator[Any]:
         await layer.group_add(session.group_name, channel)
 
         async def collect() -> None:
-            while True:
-                pushes.html.append((await layer.receive(channel))["html"])
+            try:
+                while True:
+                    pushes.html.append((await layer.receive(channel))["html"])
+                    pushes.arrived.set()
+            except Exception as error:
+                pushes.failed = error
                 pushes.arrived.set()
 
         tasks.append(asyncio.create_task(collect()))
@@ -80,6 +88,10 @@ async def watch() -> AsyncIterator[Any]:
     yield start
     for task in tasks:
         task.cancel()
+    # A receive holds the layer's lock on this process's inbox while it waits, and the layer
+    # outlives this test's event loop: the cancellation must run here, in this loop, or the
+    # lock stays held, bound to a loop that is gone, and every later receive fails.
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def chat_session(owner: Any, **kw: Any) -> Any:

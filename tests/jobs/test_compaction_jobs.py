@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from config.celery import app as celery_app
@@ -28,6 +27,7 @@ from tests.factories import make_session
 from tests.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
 from tests.governed.builders import SMALL_POLICY, agentic_session, turn
 from tests.processes import OwnRedis, celery_worker
+from tests.pushes import listening_layer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,7 +103,7 @@ def test_a_worker_compacts_and_pushes_its_progress_to_the_session_group(
     broker: None, summarised: FakeOpenAI, alice: Any
 ) -> None:
     session = session_for(alice)
-    layer = get_channel_layer()
+    layer = listening_layer()
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(live.mark_watched)(session.pk)  # as an open page's socket does
     async_to_sync(layer.group_add)(session.group_name, channel)

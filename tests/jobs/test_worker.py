@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 
 from config.celery import app as celery_app
 from ctxhub.governance.facts import message_facts
@@ -17,6 +16,7 @@ from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session
 from tests.messages import tool_result, user
 from tests.processes import celery_worker
+from tests.pushes import listening_layer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,7 +37,7 @@ def test_a_worker_recounts_tokens_and_pushes_the_meter(worker: None, alice: obje
     # The model changes: the cached counts (o200k) are now stale for gpt-4 (cl100k).
     session.model = "openai:gpt-4"
     session.save()
-    layer = get_channel_layer()
+    layer = listening_layer()
     assert type(layer).__name__ == "RedisChannelLayer"
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(live.mark_watched)(session.pk)  # as an open page's socket does

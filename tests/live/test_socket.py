@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.test import Client
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -25,6 +24,7 @@ from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session
 from tests.messages import tool_result, user
 from tests.processes import asgi_server
+from tests.pushes import listening_layer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,7 +73,7 @@ def test_a_message_appended_elsewhere_reaches_the_socket_as_html(
 
 def test_a_push_is_rendered_only_while_a_socket_watches(server: str, alice: object) -> None:
     session = make_session(alice)
-    layer = get_channel_layer()
+    layer = listening_layer()
     listener = async_to_sync(layer.new_channel)()
     # In the session's group, but not a page's socket: the session is not marked as watched.
     async_to_sync(layer.group_add)(session.group_name, listener)

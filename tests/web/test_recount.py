@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.test import Client
 
 from sessions import live
 from sessions.models import Message
 from tests.factories import make_session
 from tests.messages import user
+from tests.pushes import listening_layer
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
@@ -19,7 +19,7 @@ def test_recount_refreshes_the_cache_and_pushes_the_meter(client: Client, alice:
 
     services.append_messages(session, [user("count me " * 50), user("and me")])
     Message.objects.filter(session=session).update(tokens=1)  # a stale cache
-    layer = get_channel_layer()
+    layer = listening_layer()
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(live.mark_watched)(session.pk)  # as an open page's socket does
     async_to_sync(layer.group_add)(session.group_name, channel)

@@ -176,12 +176,25 @@ async def compact(
     summary = await _summary(
         plan, messages, summarizer, focus, summarizer_window, summary_tokens, form, on_chunk, model
     )
+    return _compacted(reporting, summary, policy, pinned, user_messages_tokens)
+
+
+def _compacted(
+    reporting: _Reporting,
+    summary: _Summary,
+    policy: Policy,
+    pinned: frozenset[int] | set[int],
+    user_messages_tokens: int,
+) -> Compacted:
+    """The history with ``summary`` in place of the plan's middle, unless a guard refuses it:
+    a summary larger than what it replaces, or a next request larger than it was."""
+    plan, messages, model = reporting.plan, reporting.messages, reporting.model
     tokenizer = tokenizer_for(model)
     if summary.tokens > plan.summary_tokens_for(DEFAULT_SUMMARY_TOKENS):
         # A longer summary than planned for (the ledger's facts) leaves less room for the user
         # messages kept verbatim.
         plan = plan.with_users_for(summary.tokens, user_messages_tokens, tokenizer)
-    output = _assembled(plan, summary, form)
+    output = _assembled(plan, summary, reporting.form)
     replaced = _replaced(plan, messages, tokenizer)
     details = summary.details(plan, replaced)
     if summary.tokens >= replaced:

@@ -264,16 +264,21 @@ def plan_compaction(
         share = min(DEFAULT_SUMMARY_TOKENS, aim // 2)
         if keep is None and _drops(partition) and kept > aim - share:
             partition, kept = partition_keeping(_smaller_keep(partition, kept - (aim - share)))
+    middle = _middle(partition, stripped)
+    plan = CompactionPlan(stripped, history, partition, middle, [], aim, sent_before, kept)
+    # Where the room is short, the summary and the user's own words share it.
+    summary = min(DEFAULT_SUMMARY_TOKENS, plan.room // 2)
+    return plan.with_users_for(summary, user_messages_tokens, tokenizer)
+
+
+def _middle(partition: Governed, stripped: Stripped) -> list[tuple[int, ModelMessage]]:
+    """(input index, message) of each message the window forced on drops."""
     dropped = [
         r.index
         for r in partition.report.messages
         if r.index is not None and not r.kept and r.index < len(stripped.index)
     ]
-    middle = [(stripped.index[p], stripped.history[p]) for p in dropped]
-    plan = CompactionPlan(stripped, history, partition, middle, [], aim, sent_before, kept)
-    # Where the room is short, the summary and the user's own words share it.
-    summary = min(DEFAULT_SUMMARY_TOKENS, plan.room // 2)
-    return plan.with_users_for(summary, user_messages_tokens, tokenizer)
+    return [(stripped.index[p], stripped.history[p]) for p in dropped]
 
 
 def _drops(partition: Governed) -> bool:

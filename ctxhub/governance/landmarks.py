@@ -3,6 +3,7 @@ window's landmarks, repeated outputs and where the current turn starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 
 from .facts import MessageFacts
@@ -94,23 +95,36 @@ def duplicates(
     }
     for output, later_output in copies.items():
         older = located(output)
-        if older is None:
-            continue
-        later = located(later_output)
-        # A copy pair repair removed (a second result for one call) is passed over.
-        while later is None or later == older:
-            following = copies.get(later_output)
-            if following is None:
-                break
-            later_output, later = following, located(following)
-        if later is not None and later != older:
-            found[older] = later
+        if older is not None:
+            later = _next_located(copies, later_output, older, located)
+            if later is not None:
+                found[older] = later
     # Reads go in the order they are sent: a late result pair repair moved next to its call
     # is read when the call was made, and governing the output again finds that order.
     for chain in _chains(reads):
         sent = sorted({at for at in map(located, chain) if at is not None})
         found.update(pairwise(sent))
     return found
+
+
+Located = tuple[int, int]
+
+
+def _next_located(
+    links: dict[OutputAt, OutputAt],
+    later_output: OutputAt,
+    older: Located,
+    located: Callable[[OutputAt], Located | None],
+) -> Located | None:
+    """Where the next copy after ``older`` is sent: a copy pair repair removed (a second result
+    for one call) is passed over."""
+    later = located(later_output)
+    while later is None or later == older:
+        following = links.get(later_output)
+        if following is None:
+            return None
+        later_output, later = following, located(following)
+    return later
 
 
 def _chains(links: dict[OutputAt, OutputAt]) -> list[list[OutputAt]]:

@@ -176,22 +176,10 @@ class _Repair:
                 )
             self._copy_to(position)
             self.copied = position + 1
-            if not facts[position].request:
-                self._flush()
-                self._keep(position)
-                if position in dangling or position in late:
-                    answers = answers_for(
-                        self.messages,
-                        position,
-                        facts[position].call_ids,
-                        dangling.get(position, []),
-                        late.get(position, []),
-                        self.text,
-                    )
-                    self.pending.extend(part for part, _ in answers)
-                    self.sources.extend(source for _, source in answers)
-                continue
-            self._request(position, size - 1)
+            if facts[position].request:
+                self._request(position, size - 1)
+            else:
+                self._response(position)
         if size and not self.pending and (not sites or sites[-1] < size - 1):
             # A checkpoint before the last message too (which a grown history may answer), so
             # the next call takes the pass up there, not at the last repair however far back.
@@ -207,6 +195,27 @@ class _Repair:
                 if old is not new:
                     break
                 self.shared += 1
+        return self._normalized(size)
+
+    def _response(self, position: int) -> None:
+        """Keep a response, and queue the answers repair gives its calls (the results it
+        lacks, or that arrived late) for the request after it."""
+        self._flush()
+        self._keep(position)
+        dangling, late = self.dangling, self.late
+        if position in dangling or position in late:
+            answers = answers_for(
+                self.messages,
+                position,
+                self.facts[position].call_ids,
+                dangling.get(position, []),
+                late.get(position, []),
+                self.text,
+            )
+            self.pending.extend(part for part, _ in answers)
+            self.sources.extend(source for _, source in answers)
+
+    def _normalized(self, size: int) -> Normalized:
         return Normalized(
             Repaired(self.messages, self.index, self.own),
             self.out_facts,

@@ -291,26 +291,11 @@ def window(work: Work) -> int | None:
         for p in chain(middle_sticky, floor_kept)
         if (p >= floor or p >= work.turn_start) and not work.facts[p].notice
     ]
-    count = len(counted)
-    max_messages: int | None = None
-    # The keep target applies however the window fired: a budget-driven cut that kept more
-    # would let a trigger fire again on the output, and governing twice must change nothing.
-    if policy.keep is not None:
-        kind, value = policy.keep.resolve(work.window_tokens)
-        if kind == "messages":
-            max_messages = value
-        else:
-            available = min(available, value - sum(work.tokens[p] for p in counted))
-
-    # Results in the kept tail whose calls come before it: the cut must go below those calls.
-    open_results: set[str] = set()
-    calls_in_tail: set[str] = set()
-    for position in range(floor, size):
-        calls_in_tail.update(work.facts[position].call_ids)
-        open_results.update(set(work.facts[position].result_ids) - calls_in_tail)
-    cut = floor if not open_results else head_end + 1
-    limit_messages = max_messages if max_messages is not None else size + 1
-    cut, stopped = _walk(work, head_end, floor, sticky, available, count, limit_messages, cut)
+    available, limit_messages = _kept_at_most(work, counted, available)
+    start = _walk_start(work, head_end, floor)
+    cut, stopped = _walk(
+        work, head_end, floor, sticky, available, len(counted), limit_messages, start
+    )
 
     dropped, first_dropped = work.drop_range(head_end + 1, cut, middle_sticky, "window")
     if first_dropped is None:
@@ -320,16 +305,7 @@ def window(work: Work) -> int | None:
     work.tail_start = cut
     work.windowed = True
     if not policy.triggers:
-        # Below where the walk stopped this call governed only what it carried over and what
-        # proving the history over budget took (with a trigger it governed every kept message,
-        # to measure them). The next call is offered what lies a little below the stop: the
-        # cut moves back when room frees up (an output masked, a turn's outputs truncated),
-        # about as far as one output is worth in masked messages, and each time it would
-        # govern those messages again.
-        offered = stopped - CARRY_BELOW_CUT
-        if work.carried is not None:
-            offered = max(min(offered, work.carried.governed_from), stopped - CARRY_HELD)
-        work.governed_from = max(offered, 0)
+        _offer_below(work, stopped)
     # Earlier notices are folded into the new one, not counted as omitted messages.
     window_dropped = work.dropped_by.get
     omitted = previous + dropped - sum(1 for p in notices if window_dropped(p) == "window")
@@ -340,6 +316,44 @@ def window(work: Work) -> int | None:
     except ValueError:
         work.notice_before = None
     return omitted
+
+
+def _kept_at_most(work: Work, counted: list[int], available: int) -> tuple[int, int]:
+    """The tokens and the messages the tail may hold, given the room ``available`` and the
+    messages ``counted`` already kept. The keep target applies however the window fired: a
+    budget-driven cut that kept more would let a trigger fire again on the output, and
+    governing twice must change nothing."""
+    keep = work.policy.window.keep
+    if keep is None:
+        return available, len(work.facts) + 1
+    kind, value = keep.resolve(work.window_tokens)
+    if kind == "messages":
+        return available, value
+    return min(available, value - sum(work.tokens[p] for p in counted)), len(work.facts) + 1
+
+
+def _walk_start(work: Work, head_end: int, floor: int) -> int:
+    """Where the walk down from the floor may start cutting: the floor, or just after the head
+    when results in the kept tail answer calls before it (the cut must go below those calls)."""
+    calls_in_tail: set[str] = set()
+    for position in range(floor, len(work.facts)):
+        calls_in_tail.update(work.facts[position].call_ids)
+        if not calls_in_tail.issuperset(work.facts[position].result_ids):
+            return head_end + 1
+    return floor
+
+
+def _offer_below(work: Work, stopped: int) -> None:
+    """Below where the walk stopped this call governed only what it carried over and what
+    proving the history over budget took (with a trigger it governed every kept message, to
+    measure them). The next call is offered what lies a little below the stop: the cut moves
+    back when room frees up (an output masked, a turn's outputs truncated), about as far as
+    one output is worth in masked messages, and each time it would govern those messages
+    again."""
+    offered = stopped - CARRY_BELOW_CUT
+    if work.carried is not None:
+        offered = max(min(offered, work.carried.governed_from), stopped - CARRY_HELD)
+    work.governed_from = max(offered, 0)
 
 
 def replay_window(work: Work, head_end: int, cut: int, spared: Sequence[int], omitted: int) -> None:

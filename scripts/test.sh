@@ -27,17 +27,26 @@ env -u DATABASE_URL -u REDIS_URL CTXHUB_DATA_DIR="$work/embedded" \
   .venv/bin/pytest -m smoke -p no:cacheprovider -q >"$work/smoke.log" 2>&1 &
 smoke=$!
 
-# The job tests spend most of their time waiting for real workers to start, die and time out:
-# a whole run gives them their own pytest beside the rest (own test database, own Redis
-# database). Arguments select tests for one run instead.
+# The job tests spend most of their time waiting for real workers to start, die and time out,
+# and the browser tests for servers and Chromium: a whole run gives each its own pytest beside
+# the rest (own test database, own Redis database), the browser tests once the smoke run has
+# freed its core. Arguments select tests for one run instead.
 jobs=""
+browser=""
 main=("$@")
 if [ $# -eq 0 ]; then
   say "job tests with real Celery workers, beside the suite"
   DATABASE_URL="${DATABASE_URL%/*}/ctxhub_jobs" REDIS_URL="${REDIS_URL%/*}/1" \
     .venv/bin/pytest tests/jobs -p no:cacheprovider >"$work/jobs.log" 2>&1 &
   jobs=$!
-  main=(--ignore=tests/jobs)
+  say "browser tests in headless Chromium, beside the suite once the smoke run is done"
+  (
+    while kill -0 "$smoke" 2>/dev/null; do sleep 1; done
+    DATABASE_URL="${DATABASE_URL%/*}/ctxhub_browser" REDIS_URL="${REDIS_URL%/*}/2" \
+      exec .venv/bin/pytest tests/browser -p no:cacheprovider
+  ) >"$work/browser.log" 2>&1 &
+  browser=$!
+  main=(--ignore=tests/jobs --ignore=tests/browser)
 fi
 
 say "test suite on PostgreSQL + Redis"
@@ -47,6 +56,11 @@ if [ -n "$jobs" ]; then
   say "job tests"
   wait "$jobs" || status=1
   cat "$work/jobs.log"
+fi
+if [ -n "$browser" ]; then
+  say "browser tests"
+  wait "$browser" || status=1
+  cat "$work/browser.log"
 fi
 
 say "lint and types"

@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from pydantic_ai.messages import (
@@ -45,7 +45,6 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     TextPart,
-    UserPromptPart,
 )
 from pydantic_ai.models import Model
 
@@ -55,32 +54,22 @@ from .compaction_plan import (
     Form,
     next_request_tokens,
     plan_compaction,
-    stamp,
 )
+from .compaction_summary import Outcome, Summary, write_summary
 from .counting import MARK
-from .draft import render_draft
 from .facts import count_tokens, message_facts
-from .ledger import Ledger, LedgerItem, Reconciled, extract_ledger, reconcile
+from .ledger import LedgerItem
 from .policy import Policy, Threshold
 from .steps.window import notice_omitted
 from .summaries import (
     ACKNOWLEDGEMENT,
-    COMPACT_PREFIX,
-    MARKER,
-    SUMMARY_PREFIX,
-    messages_represented,
 )
 from .summarise import (
     DEFAULT_SUMMARY_TOKENS,
     ChunkCallback,
     model_name,
-    render_message,
-    request_worked_on,
-    summarize,
 )
 from .tokens import Tokenizer, tokenizer_for
-
-Outcome = Literal["summarized", "fallback", "refused", "nothing_to_compact"]
 
 
 class CompactionReport(BaseModel):
@@ -173,7 +162,7 @@ async def compact(
     if summary_tokens < MIN_SUMMARY_TOKENS:
         least = plan.kept_tokens + MIN_SUMMARY_TOKENS
         return reporting.unchanged("refused", error=_grows(plan, f"at least {least}"))
-    summary = await _summary(
+    summary = await write_summary(
         plan, messages, summarizer, focus, summarizer_window, summary_tokens, form, on_chunk, model
     )
     return _compacted(reporting, summary, policy, pinned, user_messages_tokens)
@@ -181,7 +170,7 @@ async def compact(
 
 def _compacted(
     reporting: _Reporting,
-    summary: _Summary,
+    summary: Summary,
     policy: Policy,
     pinned: frozenset[int] | set[int],
     user_messages_tokens: int,
@@ -286,103 +275,6 @@ class _Reporting:
         )
 
 
-@dataclass
-class _Summary:
-    """The message standing for the middle, and how it was written."""
-
-    text: str
-    part: UserPromptPart
-    tokens: int
-    note: dict[str, Any]
-    represented: int
-    ledger: Ledger
-    reconciled: Reconciled
-    outcome: Outcome
-    error: str | None
-    chunks: int
-    rounds: int
-
-    def details(self, plan: CompactionPlan, replaced: int) -> dict[str, Any]:
-        """What the report says of the summary and what it stands for."""
-        return {
-            "error": self.error,
-            "summarized_indices": sorted(
-                {*(i for i, _ in plan.middle), *plan.stripped.summary_indices}
-            ),
-            "summarized_messages": self.represented,
-            "kept_user_indices": [i for i, _ in plan.users],
-            "chunks": self.chunks,
-            "rounds": self.rounds,
-            "summary_tokens": self.tokens,
-            "replaced_tokens": replaced,
-            "ledger": self.ledger.items,
-            "ledger_omitted": self.ledger.omitted,
-            "kept_by_summarizer": [i.text for i in self.reconciled.kept_by_summarizer],
-            "added_by_ledger": [i.text for i in self.reconciled.added_by_ledger],
-        }
-
-
-async def _summary(
-    plan: CompactionPlan,
-    messages: Sequence[ModelMessage],
-    summarizer: Model | str,
-    focus: str | None,
-    window: int | None,
-    summary_tokens: int,
-    form: Form,
-    on_chunk: ChunkCallback | None,
-    model: str | None,
-) -> _Summary:
-    """Summarise the plan's middle (with the earlier summaries it replaces), the ledger's
-    facts appended; the marker and the facts if the summariser fails."""
-    stripped, middle = plan.stripped, plan.middle
-    tokenizer = tokenizer_for(model)
-    represented = sum(messages_represented(s) for s in stripped.summaries) + sum(
-        notice_omitted(m) or 1 for _, m in middle
-    )
-    summaries_as_messages = [
-        ModelRequest(parts=[UserPromptPart(text)]) for text in stripped.summaries
-    ]
-    ledger = extract_ledger(
-        [*summaries_as_messages, *(m for _, m in middle)],
-        indices=[*stripped.summary_indices[: len(summaries_as_messages)], *(i for i, _ in middle)],
-    )
-    items = [render_message(m) for m in summaries_as_messages]
-    items += request_worked_on(messages, middle, tokenizer)
-    items += [text for _, m in middle if (text := render_message(m))]
-    outcome: Outcome = "summarized"
-    error: str | None = None
-    chunks = rounds = 0
-    try:
-        result = await summarize(
-            items,
-            summarizer,
-            focus=focus,
-            window=window,
-            summary_tokens=summary_tokens,
-            on_chunk=on_chunk,
-        )
-    except Exception as exc:  # any failure of the summariser: fall back to the marker
-        outcome, error = "fallback", f"{type(exc).__name__}: {exc}"
-        body = MARKER.format(count=represented)
-        reconciled = reconcile("", ledger)
-        text = f"{body}\n\n{reconciled.text}" if ledger.items else body
-    else:
-        chunks, rounds = result.chunks, result.rounds
-        reconciled = reconcile(render_draft(result.draft), ledger)
-        prefix = (
-            COMPACT_PREFIX if form == "two_message" else SUMMARY_PREFIX.format(count=represented)
-        )
-        text = f"{prefix}\n{reconciled.text}"
-    note = {"compaction": "summary" if outcome == "summarized" else "marker"}
-    when = stamp([m for _, m in middle])
-    part = UserPromptPart(text, timestamp=when) if when else UserPromptPart(text)
-    tokens = message_facts(ModelRequest(parts=[part]), tokenizer).tokens
-    return _Summary(
-        text, part, tokens, note, represented, ledger, reconciled, outcome, error, chunks, rounds
-    )
-
-
 def _replaced(plan: CompactionPlan, messages: Sequence[ModelMessage], tokenizer: Tokenizer) -> int:
     """Tokens the summary stands for: the middle and the earlier summaries, but the user
     messages kept verbatim."""
@@ -395,7 +287,7 @@ def _replaced(plan: CompactionPlan, messages: Sequence[ModelMessage], tokenizer:
     return middle + previous - sum(tokens(m) for _, m in plan.users)
 
 
-def _assembled(plan: CompactionPlan, summary: _Summary, form: Form) -> list[ModelMessage]:
+def _assembled(plan: CompactionPlan, summary: Summary, form: Form) -> list[ModelMessage]:
     """The compacted history: the summary where the middle was (or, in the two-message form,
     with the system prompt and the kept user messages, acknowledged)."""
     kept_users = [m for _, m in plan.users]

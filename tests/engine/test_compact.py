@@ -301,14 +301,7 @@ def test_a_compaction_never_makes_the_next_request_larger(
 async def test_a_compaction_that_would_grow_the_next_request_is_refused() -> None:
     # Governing already sends only the head and the latest turn: a summary beside them would
     # make the next request larger than it is.
-    history: list[ModelMessage] = [user("start", system="You are careful.")]
-    for k in range(12):
-        history += [
-            user(f"step {k}"),
-            tool_call("read_file", id=f"c{k}", path=f"src/m{k}.py"),
-            tool_result("read_file", words(1_200, f"w{k}"), id=f"c{k}"),
-            reply(f"done {k}"),
-        ]
+    history = [user("start", system="You are careful."), *_turns("s", 12, size=1_200)]
     policy = Policy(context_window=6_000, reserved_output_tokens=500)
     compacted = await compact(history, policy, summarizer=EXTRACTIVE, model=MODEL)
     report = compacted.report

@@ -1,0 +1,120 @@
+"""The summary a compaction writes: the summariser's draft of the plan's middle (earlier
+summaries merged in), the fact ledger appended, or the marker and the ledger when the
+summariser fails."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.models import Model
+
+from .compaction_plan import CompactionPlan, Form, stamp
+from .draft import render_draft
+from .facts import message_facts
+from .ledger import Ledger, Reconciled, extract_ledger, reconcile
+from .steps.window import notice_omitted
+from .summaries import COMPACT_PREFIX, MARKER, SUMMARY_PREFIX, messages_represented
+from .summarise import ChunkCallback, render_message, request_worked_on, summarize
+from .tokens import tokenizer_for
+
+Outcome = Literal["summarized", "fallback", "refused", "nothing_to_compact"]
+
+
+@dataclass
+class Summary:
+    """The message standing for the middle, and how it was written."""
+
+    text: str
+    part: UserPromptPart
+    tokens: int
+    note: dict[str, Any]
+    represented: int
+    ledger: Ledger
+    reconciled: Reconciled
+    outcome: Outcome
+    error: str | None
+    chunks: int
+    rounds: int
+
+    def details(self, plan: CompactionPlan, replaced: int) -> dict[str, Any]:
+        """What the report says of the summary and what it stands for."""
+        return {
+            "error": self.error,
+            "summarized_indices": sorted(
+                {*(i for i, _ in plan.middle), *plan.stripped.summary_indices}
+            ),
+            "summarized_messages": self.represented,
+            "kept_user_indices": [i for i, _ in plan.users],
+            "chunks": self.chunks,
+            "rounds": self.rounds,
+            "summary_tokens": self.tokens,
+            "replaced_tokens": replaced,
+            "ledger": self.ledger.items,
+            "ledger_omitted": self.ledger.omitted,
+            "kept_by_summarizer": [i.text for i in self.reconciled.kept_by_summarizer],
+            "added_by_ledger": [i.text for i in self.reconciled.added_by_ledger],
+        }
+
+
+async def write_summary(
+    plan: CompactionPlan,
+    messages: Sequence[ModelMessage],
+    summarizer: Model | str,
+    focus: str | None,
+    window: int | None,
+    summary_tokens: int,
+    form: Form,
+    on_chunk: ChunkCallback | None,
+    model: str | None,
+) -> Summary:
+    """Summarise the plan's middle (with the earlier summaries it replaces), the ledger's
+    facts appended; the marker and the facts if the summariser fails."""
+    stripped, middle = plan.stripped, plan.middle
+    tokenizer = tokenizer_for(model)
+    represented = sum(messages_represented(s) for s in stripped.summaries) + sum(
+        notice_omitted(m) or 1 for _, m in middle
+    )
+    summaries_as_messages = [
+        ModelRequest(parts=[UserPromptPart(text)]) for text in stripped.summaries
+    ]
+    ledger = extract_ledger(
+        [*summaries_as_messages, *(m for _, m in middle)],
+        indices=[*stripped.summary_indices[: len(summaries_as_messages)], *(i for i, _ in middle)],
+    )
+    items = [render_message(m) for m in summaries_as_messages]
+    items += request_worked_on(messages, middle, tokenizer)
+    items += [text for _, m in middle if (text := render_message(m))]
+    outcome: Outcome = "summarized"
+    error: str | None = None
+    chunks = rounds = 0
+    try:
+        result = await summarize(
+            items,
+            summarizer,
+            focus=focus,
+            window=window,
+            summary_tokens=summary_tokens,
+            on_chunk=on_chunk,
+        )
+    except Exception as exc:  # any failure of the summariser: fall back to the marker
+        outcome, error = "fallback", f"{type(exc).__name__}: {exc}"
+        body = MARKER.format(count=represented)
+        reconciled = reconcile("", ledger)
+        text = f"{body}\n\n{reconciled.text}" if ledger.items else body
+    else:
+        chunks, rounds = result.chunks, result.rounds
+        reconciled = reconcile(render_draft(result.draft), ledger)
+        prefix = (
+            COMPACT_PREFIX if form == "two_message" else SUMMARY_PREFIX.format(count=represented)
+        )
+        text = f"{prefix}\n{reconciled.text}"
+    note = {"compaction": "summary" if outcome == "summarized" else "marker"}
+    when = stamp([m for _, m in middle])
+    part = UserPromptPart(text, timestamp=when) if when else UserPromptPart(text)
+    tokens = message_facts(ModelRequest(parts=[part]), tokenizer).tokens
+    return Summary(
+        text, part, tokens, note, represented, ledger, reconciled, outcome, error, chunks, rounds
+    )

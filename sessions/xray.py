@@ -1,10 +1,10 @@
 """The x-ray of a session: what its next request carries, by category and zone, and the fate of
 each stored message and part.
 
-Plain functions over a ``GovernedContext`` and the records (no queries beyond the records'),
-shared by the page, its fragments and the live pushes. The categories partition the request
-exactly: system prompt and instructions, then each kept message's other tokens by where it
-sits, so they add up to the governed count by construction.
+Plain functions over a ``GovernedContext`` and the records (no queries beyond the records' and
+the session's cost), shared by the page, its fragments and the live pushes. The categories
+partition the request exactly: system prompt and instructions, then each kept message's other
+tokens by where it sits, so they add up to the governed count by construction.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ctxhub.governance.report import MessageReport, PartReport
 from sessions.history import RecordState
 from sessions.presenters import MessageView, PartView
+from sessions.services.costs import SessionCost, session_cost
 from sessions.services.governed import GovernedContext, governed_context
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ class XRay:
     segments: list[Segment]
     steps: list[tuple[str, int, int, str]]
     """Each step that ran: name, parts changed, tokens removed, detail."""
+    cost: SessionCost | None = None
+    """What the session's responses cost so far, from the usage their providers reported."""
 
     @property
     def used(self) -> list[Category]:
@@ -173,6 +176,7 @@ def xray(context: GovernedContext) -> XRay:
             for run in runs
         ],
         steps=[(s.step, s.parts, s.tokens_removed, s.detail) for s in report.steps if s.parts],
+        cost=session_cost(context.session),
     )
 
 

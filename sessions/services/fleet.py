@@ -27,6 +27,7 @@ from sessions.models import (
     Pin,
 )
 from sessions.services.auto_compaction import soft_threshold
+from sessions.services.costs import SessionCost, session_costs
 from sessions.services.governed import governed_context, session_policy, session_window
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class FleetRow:
     """Tokens until the next automatic compaction (negative: past the threshold)."""
     auto: bool
     compactions: int
+    cost: SessionCost
+    """What the session's responses cost, from the usage their providers reported."""
     status: str
     """compacting, flagged (automatic compaction paused), failed (the last job), or ""."""
     status_detail: str
@@ -111,36 +114,46 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
         )
     }
     statuses = _statuses(ids)
+    costs = session_costs(rows)
     deadline = time.monotonic() + GOVERN_BUDGET_SECONDS
     # Sessions this process carries first: governing them costs next to nothing.
     rows.sort(key=lambda s: not is_remembered(s))
     listed = []
     for s in rows:
         try:
-            row = _row(s, user, pins.get(s.pk, []), known.get(s.pk), statuses.get(s.pk), deadline)
+            row = _row(
+                s,
+                user,
+                costs[s.pk],
+                pins.get(s.pk, []),
+                known.get(s.pk),
+                statuses.get(s.pk),
+                deadline,
+            )
         except Exception as error:
-            row = _faulted_row(s, user, error)
+            row = _faulted_row(s, user, costs[s.pk], error)
         listed.append(row)
     return sort_rows(listed, sort)
 
 
-def _stored_figures(session: Any, user: Any) -> dict[str, Any]:
-    """What a row shows from the listing's own query, whether or not the session governs."""
+def _stored_figures(session: Any, user: Any, cost: SessionCost) -> dict[str, Any]:
+    """What a row shows from the listing's own queries, whether or not the session governs."""
     return {
         "session": session,
         "owned": session.owner_id == user.pk,
         "messages": session.message_count,
         "log_tokens": session.log_tokens or 0,
         "compactions": session.compaction_count,
+        "cost": cost,
     }
 
 
-def _faulted_row(session: Any, user: Any, error: Exception) -> FleetRow:
+def _faulted_row(session: Any, user: Any, cost: SessionCost, error: Exception) -> FleetRow:
     """The row of a session that cannot be governed (a stored row no longer reads): what is
     known, and the fault, so one session never takes the listing down."""
     log.error("fleet row of session %s", session.pk, exc_info=error)
     return FleetRow(
-        **_stored_figures(session, user),
+        **_stored_figures(session, user, cost),
         governed=None,
         governed_current=False,
         budget=0,
@@ -156,6 +169,7 @@ def _faulted_row(session: Any, user: Any, error: Exception) -> FleetRow:
 def _row(
     session: Any,
     user: Any,
+    cost: SessionCost,
     pins: list[int],
     snapshot: dict[str, Any] | None,
     status: tuple[str, str] | None,
@@ -168,7 +182,7 @@ def _row(
     if session.auto_compaction_paused and not state:
         state, detail = "flagged", session.auto_compaction_paused
     return FleetRow(
-        **_stored_figures(session, user),
+        **_stored_figures(session, user, cost),
         governed=governed,
         governed_current=current,
         budget=budget,

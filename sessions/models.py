@@ -312,6 +312,70 @@ class GovernedSnapshot(models.Model):
         return f"{self.session_id} snapshot {self.key[:12]}"
 
 
+class SessionGovernor(models.Model):
+    """The state of a session's ``Governor`` (``ctxhub.governance.Governor.state``): what the
+    requests it sent decided. Every process continues from it, so each sends the next request
+    as one Governor would, and a restart resets nothing."""
+
+    session = models.OneToOneField(
+        AgentSession, primary_key=True, on_delete=models.CASCADE, related_name="governor"
+    )
+    key = models.CharField(
+        max_length=64, help_text="Of the policy, model and window the state was made under."
+    )
+    state = models.JSONField()
+    version = models.PositiveBigIntegerField(
+        help_text="Requests sent so far: a process writes only over the version it read."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} governor v{self.version}"
+
+
+class SentRequest(models.Model):
+    """A model request the session's Governor sent (an agent's ``/context``, a chat turn): what
+    it carried, what it kept of the request before (a provider's prompt cache serves that part)
+    and the action that changed what was sent before, if one did. Append-only."""
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, related_name="sent_requests"
+    )
+    number = models.PositiveBigIntegerField(help_text="1 for the session's first request.")
+    last_seq = models.IntegerField(help_text="The newest log seq it carried (-1: none).")
+    tokens = models.PositiveIntegerField(
+        help_text="Tokens of its messages, system prompt and instructions included."
+    )
+    tool_tokens = models.PositiveIntegerField(help_text="Tokens of the tool definitions.")
+    history_tokens = models.PositiveIntegerField(
+        help_text="Tokens of the effective history it was governed from."
+    )
+    prefix_tokens = models.PositiveIntegerField(
+        null=True, help_text="Leading tokens sent as the request before sent them (None: unknown)."
+    )
+    window_tokens = models.PositiveIntegerField()
+    budget_tokens = models.PositiveIntegerField()
+    acted = models.CharField(
+        max_length=16, blank=True, help_text="Why it changed what was sent before, if it did."
+    )
+    action = models.TextField(blank=True, help_text="What changed, in words.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "number"], name="sent_request_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} request {self.number}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError("sent requests are kept as they were sent")
+        super().save(*args, **kwargs)
+
+
 class JobStatus(models.TextChoices):
     QUEUED = "queued"
     RUNNING = "running"

@@ -44,6 +44,28 @@ def sent_tokens(work: Work) -> int:
     return work.total()
 
 
+def shared_prefix_tokens(before: Work, after: Work) -> int:
+    """Tokens of the leading messages two plans over one history both send, identically: what
+    a provider's prompt cache serves of ``after``'s request when ``before``'s was sent last.
+    Both plans' kept messages are governed already (``sent_tokens``)."""
+    tokens = 0
+    for position in range(len(after.kept)):
+        notices = [w.notice if w.notice_before == position else None for w in (before, after)]
+        if notices[0] != notices[1]:
+            return tokens
+        if notices[1] is not None:
+            tokens += after.notice_tokens()
+        kept = before.kept[position], after.kept[position]
+        if kept[0] != kept[1]:
+            return tokens
+        if kept[1]:
+            message = after.messages[position]
+            if message is not before.messages[position] and message != before.messages[position]:
+                return tokens
+            tokens += after.tokens[position]
+    return tokens
+
+
 def _governed(work: Work) -> list[tuple[int, int]]:
     """Govern every kept position not governed yet; the runs of kept positions."""
     known = work.known

@@ -68,10 +68,17 @@ class Governed:
         self.system_tokens: int = summary["system_tokens"]
         """Tokens of the system prompt parts and instructions sent (never governed away)."""
         self.window_tokens: int = summary["window_tokens"]
+        self.tool_definition_tokens: int = summary["tool_definition_tokens"]
+        """Tokens of the tool definitions sent beside the messages (not in ``tokens_after``)."""
         self.acted: Acted | None = summary.get("acted")
         """Why this request changes messages the previous one sent (a cache break); None when
         it sends the previous request's messages unchanged, the new ones appended, and always
         None with hysteresis off (every request is then governed on its own)."""
+        self.prefix_tokens: int | None = None
+        """Tokens of the leading messages sent as the previous request sent them, which a
+        provider's prompt cache can serve: all the previous request's messages when nothing
+        acted, what the action left unchanged of them when one did, 0 at a new start. None
+        with hysteresis off, and from ``govern()`` alone (no previous request)."""
         self._work = work
         self._summary = summary
         self._normalized = normalized

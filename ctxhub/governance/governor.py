@@ -24,10 +24,11 @@ from threading import Lock
 from typing import Any, Literal, Self
 
 from pydantic import Field
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
+from ._work import Work
 from .actions import action_due, cheapest_action
-from .assemble import sent_tokens
+from .assemble import sent_tokens, shared_prefix_tokens
 from .facts import MessageFacts
 from .governed import Acted, Governed, ToolDefinitions
 from .pipeline import (
@@ -57,6 +58,12 @@ class GovernorState(State):
     """Tokens of the messages of the last request."""
     growth: int = Field(default=0, ge=0, le=LARGEST)
     """Tokens a request adds to the one before, on average lately."""
+    messages: int = Field(default=0, ge=0, le=LARGEST)
+    """How many messages the last request sent."""
+    last: str = Field(default="", max_length=64)
+    """The digest of the last of them (the next request may complete it: see ``_sent``)."""
+    last_tokens: int = Field(default=0, ge=0, le=LARGEST)
+    """Its tokens."""
 
 
 class Governor:
@@ -92,12 +99,27 @@ class Governor:
         governor._state = GovernorState.model_validate(state)
         return governor
 
+    def adopt(self, state: GovernorState | dict[str, Any] | None) -> None:
+        """Continue from ``state`` (another process's, say; None: a new start), keeping what
+        makes calls cheap. The next request is the one a Governor rebuilt from ``state`` would
+        send, and it costs only its new messages when this Governor's last history is the
+        start of the one ``state`` was made on (as with processes taking turns on a session).
+        A state that is not one raises pydantic's ``ValidationError``."""
+        adopted = GovernorState() if state is None else GovernorState.model_validate(state)
+        with self._lock:
+            self._state = adopted
+            self._lineage.adopted = True
+
     def state(self) -> dict[str, Any]:
         """What this Governor decided, as JSON-ready plain data."""
         with self._lock:
             state = self._state
-            if self._lineage.facts is not None:
-                state = state.model_copy(update={"digest": self._lineage.digest(state.size)})
+            lineage = self._lineage
+            if lineage.facts is not None and not lineage.adopted:
+                digest = lineage.digest(state.size)
+                if digest is None:  # digested further since: only the facts know
+                    digest = _Lineage(lineage.facts).digest(state.size)
+                state = state.model_copy(update={"digest": digest})
             return state.model_dump(mode="json")
 
     def restart(self) -> None:
@@ -166,18 +188,59 @@ class Governor:
         growth = _growth(state, now) if continued else state.growth
         due = action_due(setup, replayed, hysteresis.high_water)
         if due is None:
-            self._remember(setup, plan, now, growth, same_lineage=continued)
-            return finish(setup, replayed, replay_steps, self._cache, started)
+            governed = finish(setup, replayed, replay_steps, self._cache, started)
+            return self._sent(setup, governed, replayed, plan, growth, continued)
         work, steps = cheapest_action(setup, plan, replayed, growth, started=not continued)
         work.materialised |= replayed.materialised  # read to find the action due
         sent = sent_tokens(work)
         if due == "high_water" and continued and now - sent < hysteresis.min_reclaim_tokens:
             # Below the budget, an action must free enough to pay for the cache it breaks.
             replayed.materialised |= work.materialised  # read to weigh the action
-            self._remember(setup, plan, now, growth, same_lineage=True)
-            return finish(setup, replayed, replay_steps, self._cache, None)
-        self._remember(setup, plan_of(setup, work, steps), sent, growth, same_lineage=continued)
-        return finish(setup, work, steps, self._cache, started or due)
+            governed = finish(setup, replayed, replay_steps, self._cache, None)
+            return self._sent(setup, governed, replayed, plan, growth, continued)
+        # The replayed plan sends the previous request, grown: what the action keeps of it.
+        shared = shared_prefix_tokens(replayed, work) if continued else None
+        new_plan = plan_of(setup, work, steps)
+        governed = finish(setup, work, steps, self._cache, started or due)
+        return self._sent(setup, governed, work, new_plan, growth, continued, shared)
+
+    def _sent(
+        self,
+        setup: Setup,
+        governed: Governed,
+        work: Work,
+        plan: Plan,
+        growth: int,
+        continued: bool,
+        shared: int | None = None,
+    ) -> Governed:
+        """Remember what ``governed`` sends, and say how much of it the previous request sent
+        as it is (``Governed.prefix_tokens``)."""
+        state = self._state
+        messages = governed.messages
+        last = _digest(messages[-1]) if messages else ""
+        kept = 0
+        if continued and state.messages:
+            # Pair repair may complete the previous request's last message (the request the
+            # model answered) once the results it waited for arrive.
+            at = state.messages - 1
+            unchanged = (
+                at < len(messages)
+                and (last if at == len(messages) - 1 else _digest(messages[at])) == state.last
+            )
+            kept = state.sent if unchanged else state.sent - state.last_tokens
+            if shared is not None:
+                kept = min(kept, shared)
+        governed.prefix_tokens = kept
+        self._remember(
+            setup,
+            plan,
+            sent_tokens(work),
+            growth,
+            same_lineage=continued,
+            tail=(len(messages), last, _last_tokens(work)),
+        )
+        return governed
 
     def _started(self, setup: Setup) -> Acted | None:
         """Whether this request is a new start ("start": the first, "edited": a history that
@@ -188,13 +251,29 @@ class Governor:
             return "start"  # nothing governed yet, or an empty history: no prefix to keep
         if len(facts) < state.size or state.pinned != _pinned(setup):
             return "edited"
-        if setup.prepared.follows is not None and setup.prepared.follows == self._lineage.serial:
+        lineage = self._lineage
+        extends = setup.prepared.follows is not None and setup.prepared.follows == lineage.serial
+        if extends and not lineage.adopted:
             return None  # the pass over this history extended the last one's
-        # Otherwise compared by digest: a Governor rebuilt from its state, a history copied.
-        known = state.digest if self._lineage.facts is None else self._lineage.digest(state.size)
-        lineage = _Lineage(facts)
-        if lineage.digest(state.size) != known:
+        # Otherwise compared by digest: a Governor rebuilt from its state or given another's,
+        # a history copied. A history that extends the last one is digested where that one's
+        # digest stopped.
+        known: str | None
+        if lineage.facts is None or lineage.adopted:
+            known = state.digest
+        else:
+            known = lineage.digest(state.size)
+        if extends and lineage.facts is not None:
+            lineage.facts = facts
+            found = lineage.digest(state.size)
+        else:
+            found = None
+        if found is None:
+            lineage = _Lineage(facts)
+            found = lineage.digest(state.size)
+        if found != known:
             return "edited"
+        lineage.adopted = False
         self._lineage = lineage
         return None
 
@@ -206,6 +285,7 @@ class Governor:
         growth: int = 0,
         *,
         same_lineage: bool,
+        tail: tuple[int, str, int] = (0, "", 0),
     ) -> None:
         prepared = setup.prepared
         if not same_lineage:
@@ -218,6 +298,9 @@ class Governor:
             plan=plan,
             sent=sent,
             growth=growth,
+            messages=tail[0],
+            last=tail[1],
+            last_tokens=tail[2],
         )
 
 
@@ -226,26 +309,52 @@ class _Lineage:
     before: the digest of their facts, worked out only when asked for (``state``, or a history
     not known to extend the last one), and then only for the facts not digested yet."""
 
+    KNOWN = 8
+    """Digests remembered at the sizes asked for last: a state adopted from another process
+    may be older than what this one digested since."""
+
     def __init__(self, facts: list[MessageFacts] | None = None) -> None:
         self.facts = facts
         self.serial: int | None = None
+        self.adopted = False
+        """Whether the Governor's state was adopted since: the next history is compared with
+        the state by digest, not assumed to continue the lineage."""
         self._hasher = blake2b(digest_size=16)
         self._count = 0
+        self._known: dict[int, str] = {}
 
-    def digest(self, size: int) -> str:
+    def digest(self, size: int) -> str | None:
         """The digest of all but the last of the first ``size`` facts (the latest request may
-        still be completed in place, by an agent run adding its instructions). Timestamps are
-        left out: providers are not sent them, and a client that omits them gets new ones each
-        time its history is parsed."""
+        still be completed in place, by an agent run adding its instructions); None when this
+        lineage has digested past that point without remembering it. Timestamps are left out:
+        providers are not sent them, and a client that omits them gets new ones each time its
+        history is parsed."""
         assert self.facts is not None
         end = max(size - 1, 0)
+        if end < self._count:
+            return self._known.get(end)
         for fact in self.facts[self._count : end]:
             value = fact.to_json()
             del value["timestamp"]
             self._hasher.update(json.dumps(value, sort_keys=True).encode())
             self._hasher.update(b"\n")
-        self._count = max(self._count, end)
-        return self._hasher.hexdigest()
+        self._count = end
+        found = self._known[end] = self._hasher.hexdigest()
+        while len(self._known) > self.KNOWN:
+            del self._known[next(iter(self._known))]
+        return found
+
+
+def _digest(message: ModelMessage) -> str:
+    return blake2b(ModelMessagesTypeAdapter.dump_json([message]), digest_size=16).hexdigest()
+
+
+def _last_tokens(work: Work) -> int:
+    """Tokens of the last message a plan sends (the window's notice, when it comes last)."""
+    if work.notice is not None and work.notice_before is None:
+        return work.notice_tokens()
+    last = work.kept.rfind(1)
+    return work.tokens[last] if last >= 0 else 0
 
 
 def _growth(state: GovernorState, now: int) -> int:

@@ -36,7 +36,7 @@ from sessions.chat import turns
 from sessions.chat.agent import chat_agent
 from sessions.chat.stream import TurnStream, render_turn, send
 from sessions.models import AgentSession, ChatTurn, MessageSource, TurnStatus
-from sessions.services import Conflict, append_messages, governed_context
+from sessions.services import Conflict, append_messages, send_context
 from sessions.xray import xray
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class TurnRun:
         turns.record_seqs(self.turn, rows)
 
     def _govern(self) -> tuple[list[ModelMessage], str]:
-        context = governed_context(self.session)
+        context = send_context(self.session)
         html = render_to_string(
             "sessions/_xray.html",
             {

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import Coalesce
 
 from sessions import events, snapshots
 from sessions.history import effective_tokens, is_remembered, pinned_seqs
@@ -29,6 +30,7 @@ from sessions.models import (
 from sessions.services.auto_compaction import soft_threshold
 from sessions.services.costs import SessionCost, session_costs
 from sessions.services.governed import governed_context, session_policy, session_window
+from sessions.services.sending import stored_state
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,7 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
         compaction_count=Count(
             "compactions", filter=Q(compactions__undone_at__isnull=True), distinct=True
         ),
+        governor_version=Coalesce(Max("governor__version"), 0),
     )
     if query.strip():
         term = query.strip()
@@ -176,7 +179,8 @@ def _row(
     deadline: float,
 ) -> FleetRow:
     policy = session_policy(session)
-    governed, current, budget = governed_figures(session, pins, snapshot, deadline)
+    version = session.governor_version
+    governed, current, budget = governed_figures(session, pins, version, snapshot, deadline)
     threshold = soft_threshold(session, policy)
     state, detail = status or ("", "")
     if session.auto_compaction_paused and not state:
@@ -198,6 +202,7 @@ def _row(
 def governed_figures(
     session: AgentSession,
     pins: list[int],
+    governor_version: int,
     snapshot: dict[str, Any] | None,
     deadline: float,
 ) -> tuple[int | None, bool, int]:
@@ -207,7 +212,7 @@ def governed_figures(
     if (
         snapshot is not None
         and snapshot["tokens"] is not None
-        and snapshot["key"] == snapshots.key(session, pins)
+        and snapshot["key"] == snapshots.key(session, pins, governor_version)
     ):
         return snapshot["tokens"], True, snapshot["budget"]
     if is_remembered(session) or time.monotonic() < deadline:
@@ -222,9 +227,9 @@ def session_figures(session: AgentSession, deadline: float) -> tuple[int | None,
     """``governed_figures`` of one session, reading its pins and snapshot."""
     row = GovernedSnapshot.objects.filter(session=session).values("key", "tokens", "budget")
     snapshot = row.first()
-    return governed_figures(
-        session, pinned_seqs(session), None if snapshot is None else dict(snapshot), deadline
-    )
+    version = stored_state(session).version
+    found = None if snapshot is None else dict(snapshot)
+    return governed_figures(session, pinned_seqs(session), version, found, deadline)
 
 
 def _statuses(ids: list[Any]) -> dict[Any, tuple[str, str]]:

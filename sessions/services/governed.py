@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +21,7 @@ from pydantic_ai.messages import ModelMessage
 from ctxhub.governance import (
     ContextReport,
     Governed,
+    Governor,
     HistoryFigures,
     Policy,
     is_summary,
@@ -30,6 +32,7 @@ from sessions import snapshots
 from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
 from sessions.models import AgentSession, EvictedOutput
 from sessions.services.errors import Invalid
+from sessions.services.sending import Sent, StoredState, action_words, record_sent, stored_state
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,12 @@ class GovernedContext:
         self._report = report
 
     @property
+    def governed(self) -> Governed:
+        """The engine's result (a context read from a snapshot has none)."""
+        assert self._governed is not None
+        return self._governed
+
+    @property
     def report(self) -> ContextReport:
         """The report (built on first access when the context was just governed)."""
         if self._report is None:
@@ -124,8 +133,11 @@ class GovernedContext:
 def governed_context(
     session: AgentSession, *, policy: Policy | None = None, model: str | None = None
 ) -> GovernedContext:
-    """Govern a stored session: its effective history under its policy (or ``policy``, to see
-    what another would do), model (or ``model``, counted with that model's tokenizer) and pins.
+    """The session's next request as its Governor would send it now: its effective history
+    under its policy and model, continuing from the state its last request left. Nothing is
+    recorded and no state moves (``send_context`` is for a request being sent). ``policy`` or
+    ``model`` show what another policy or model (counted with its tokenizer) would send, as a
+    new start.
 
     A process that governed the session before carries its work over (see
     ``sessions.history``); one that has not reads the snapshot a previous governance left, if
@@ -133,52 +145,91 @@ def governed_context(
     background, so the request after the next append is governed warm); otherwise the session
     is governed cold and the snapshot written for the next process.
     """
+    return _context(session, policy, model)[0]
+
+
+def send_context(session: AgentSession) -> GovernedContext:
+    """The context of a model request being sent now (an agent's ``/context``, a chat turn):
+    the session's Governor continues from its stored state, and the request and the state it
+    leaves are recorded (``sessions.services.sending``). A process that lost the race to
+    another sending for the same session governs again from that one's state."""
+    for _ in range(SEND_ATTEMPTS):
+        context, stored, state = _context(session, None, None, send=True)
+        assert stored is not None
+        assert state is not None
+        sent = Sent(
+            context.governed,
+            context.governed.tokens_before,
+            max((seq for seq in context.seqs if seq is not None), default=-1),
+            partial(action_words, seq_of=context.seq_of),
+        )
+        if record_sent(session, stored, state, sent):
+            return context
+    log.warning("session %s: sent without recording, %d writers raced", session.pk, SEND_ATTEMPTS)
+    return context
+
+
+SEND_ATTEMPTS = 5
+"""Tries at recording a request sent while other processes send for the same session."""
+
+
+def refresh_snapshot(session: AgentSession) -> None:
+    """Govern the session as it is now and store the snapshot a process that comes to it cold
+    reads (``sessions.snapshots``)."""
+    context, stored, _ = _context(session, None, None)
+    assert stored is not None
+    key = snapshots.key(session, context.pinned, stored.version)
+    snapshots.write(session, key, context.messages, context.report, context.seqs)
+
+
+def _context(
+    session: AgentSession,
+    policy: Policy | None,
+    model: str | None,
+    *,
+    send: bool = False,
+) -> tuple[GovernedContext, StoredState | None, dict[str, Any] | None]:
+    """The governed context, the stored state it continued from (None for another policy or
+    model) and, when ``send``, the state the request leaves."""
     wait_for_warm_up(session)
     key = None
     other_model = model if model not in (None, session.model) else None
+    own = policy is None and other_model is None
+    stored = stored_state(session) if own else None
     # Snapshots are for a process that holds nothing of the session, under its own policy.
-    if policy is None and other_model is None and not is_remembered(session):
+    if stored is not None and not send and not is_remembered(session):
         pins = pinned_seqs(session)
-        key = snapshots.key(session, pins)
+        key = snapshots.key(session, pins, stored.version)
         found = snapshots.read(session, key)
         if found is not None:
             messages, report, seqs = found
             _warm_up_later(session)
-            return GovernedContext(session, messages, seqs, pins, report=report)
+            return GovernedContext(session, messages, seqs, pins, report=report), stored, None
     history = effective_history(session)
     pins = list(history.state.pins)
-    governed = _govern(session, history, pins, policy, other_model)
+    governor = history.governor(policy or session_policy(session), other_model or session.model)
+    governed = _govern(session, history, governor, stored, other_model)
     if governed.evicted:
         _store_evicted(session, history, governed)
     seqs = [source.seq for source in history.sources]
     context = GovernedContext(session, governed.messages, seqs, pins, governed=governed)
     if key is not None:
         snapshots.write(session, key, context.messages, context.report, context.seqs)
-    return context
-
-
-def refresh_snapshot(session: AgentSession) -> None:
-    """Govern the session as it is now and store the snapshot a process that comes to it cold
-    reads (``sessions.snapshots``)."""
-    key = snapshots.key(session, pinned_seqs(session))
-    context = governed_context(session)
-    snapshots.write(session, key, context.messages, context.report, context.seqs)
+    return context, stored, governor.state() if send else None
 
 
 def _govern(
     session: AgentSession,
     history: EffectiveHistory,
-    pins: list[int],
-    policy: Policy | None,
+    governor: Governor,
+    stored: StoredState | None,
     other_model: str | None = None,
 ) -> Governed:
-    governor = history.governor(policy or session_policy(session), other_model or session.model)
-    # Until the hub keeps a Governor's state with the session, every process governs each
-    # request as a new start: the same history gives the same request in any process.
-    governor.restart()
+    """Govern the history from the stored state (another policy or model: as a new start)."""
+    governor.adopt(None if stored is None else stored.state)
     return governor.govern(
         history.messages,
-        pinned=history.positions(pins),
+        pinned=history.positions(history.state.pins),
         # Stored counts are the session model's: another model's are counted afresh.
         facts=history.facts if other_model is None else None,
         context_window_tokens=session.context_window,
@@ -203,7 +254,8 @@ class _WarmUp(threading.Thread):
         self.now.wait(WARM_UP_DELAY_SECONDS)
         try:
             history = effective_history(self.session)
-            governed = _govern(self.session, history, list(history.state.pins), None)
+            governor = history.governor(session_policy(self.session), self.session.model)
+            governed = _govern(self.session, history, governor, stored_state(self.session))
             _ = governed.report
         except Exception:  # only a warm-up: the next call governs cold and says why if it fails
             log.exception("warming up session %s failed", self.session.pk)

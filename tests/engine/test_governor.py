@@ -18,6 +18,8 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from test_properties import assert_history_invariants, long_policies, seeded, specs
 
 from ctxhub.governance import Governor, GovernorState, Policy, govern
+from ctxhub.governance.counting import message_tokens
+from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import agent_turns, words
 
 # Long histories hold retry prompts of the older form, as stored sessions do.
@@ -44,6 +46,7 @@ def test_between_actions_a_request_is_the_previous_one_grown(spec: Spec, policy:
     # request, which changes the history already sent (as an edit would).
     history = build(dataclasses.replace(spec, broken=0))
     governor = Governor(policy, model=MODEL)
+    tokenizer = tokenizer_for(MODEL)
     previous: list[bytes] | None = None
     for prefix in _requests(history)[:120]:
         snapshot = copy.deepcopy(prefix)
@@ -59,6 +62,15 @@ def test_between_actions_a_request_is_the_previous_one_grown(spec: Spec, policy:
             # Byte-identical but for the previous request's last message (the request it
             # answered, which pair repair completes once its results arrive).
             assert sent[: len(previous) - 1] == previous[:-1]
+        # The prefix the Governor reports is the one sent byte-identical (0 at a new start:
+        # it does not compare an edited history with what it sent).
+        same = 0
+        while same < min(len(sent), len(previous or [])) and sent[same] == previous[same]:
+            same += 1
+        counted = sum(message_tokens(m, tokenizer) for m in governed.messages[:same])
+        if governed.acted in ("start", "edited"):
+            counted = 0
+        assert governed.prefix_tokens == counted, (governed.acted, same, len(previous or []))
         previous = sent
 
 
@@ -173,3 +185,49 @@ def test_a_governor_that_continues_sends_what_one_rebuilt_from_its_state_sends(
     twin = rebuilt(governor)
     for prefix in requests[len(requests) - grown :]:
         assert governor.govern(prefix).messages == twin.govern(copy.deepcopy(prefix)).messages
+
+
+@seeded(max_examples=12)
+@given(
+    spec=specs(),
+    policy=long_policies(),
+    schedule=st.lists(st.tuples(st.booleans(), st.booleans()), min_size=40, max_size=40),
+)
+def test_governors_taking_turns_on_a_session_send_what_one_governor_sends(
+    spec: Spec, policy: Policy, schedule: list[tuple[bool, bool]]
+) -> None:
+    """Two processes serve one session's requests in turn, each with its own Governor: before
+    a request it adopts the state the last request left, and a preview (a request governed but
+    not sent) may come in between. Every request sent is the one a single Governor sends."""
+    history = build(dataclasses.replace(spec, broken=0))
+    alone = Governor(policy, model=MODEL)
+    processes = [Governor(policy, model=MODEL), Governor(policy, model=MODEL)]
+    state: dict[str, object] | None = None
+    for prefix, (second, preview) in zip(_requests(history), schedule, strict=False):
+        process = processes[second]
+        if preview:  # a page shows the next request; nothing is sent
+            process.adopt(state)
+            process.govern(prefix)
+        process.adopt(state)
+        governed = process.govern(prefix)
+        expected = alone.govern(copy.deepcopy(prefix))
+        note(f"request of {len(prefix)} messages, served by {int(second)}")
+        assert governed.messages == expected.messages
+        assert governed.acted == expected.acted
+        state = process.state()
+        assert state == alone.state()
+
+
+def test_adopting_a_state_made_on_another_history_is_a_new_start() -> None:
+    policy = Policy(context_window=8_000, reserved_output_tokens=0)
+    one, other = _session(12), agent_turns(12, 2, words(300, "z"))
+    governor = Governor(policy, model=MODEL)
+    governor.govern(one)
+    elsewhere = Governor(policy, model=MODEL)
+    elsewhere.govern(other)
+    governor.adopt(elsewhere.state())
+    governed = governor.govern(one)
+    assert governed.acted == "edited"
+    assert governed.messages == govern(copy.deepcopy(one), policy, model=MODEL).messages
+    governor.adopt(None)
+    assert governor.govern(one).acted == "start"

@@ -47,14 +47,19 @@ def context(
     model: QueryEx[str | None, P(max_length=200)] = None,
     max_tokens: QueryEx[int | None, P(ge=1_000, le=10_000_000)] = None,
 ) -> HttpResponse:
-    """Exactly what to send next, and why (the ContextReport). ``model`` counts with another
-    model's tokenizer; ``max_tokens`` governs against a smaller window."""
+    """Exactly what to send next, and why (the ContextReport). The request is recorded as sent:
+    the session's Governor moves on from it, and the dashboard's trajectory shows it. ``model``
+    counts with another model's tokenizer and ``max_tokens`` governs against a smaller window:
+    a preview of what they would send, as a new start, recorded as nothing."""
     session = owned_session(request, session_id, "read")
     policy = None
     if max_tokens is not None:
         overrides = {**(session.policy or {}), "context_window": max_tokens}
         policy = parse_policy(overrides, field="max_tokens")
-    found = services.governed_context(session, policy=policy, model=model)
+    if policy is None and model in (None, session.model):
+        found = services.send_context(session)
+    else:
+        found = services.governed_context(session, policy=policy, model=model)
     return _context_answer(found.messages, found.report)
 
 

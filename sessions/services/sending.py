@@ -1,0 +1,142 @@
+"""The session's Governor across processes, and the requests it sent.
+
+A ``Governor`` keeps the prompt cache warm by acting seldom and otherwise sending what it sent
+before with the new messages appended; that takes memory of what it decided. The hub keeps that
+memory with the session (``SessionGovernor``): a process about to send a request continues
+from the stored state and writes the state it leaves, only over the version it read, so
+processes taking turns on a session send what one Governor would. Each request sent is
+recorded (``SentRequest``): what it carried, what it kept of the request before, and the action
+that changed what was sent, if one did. Reading the next request (a page, a preview) records
+nothing and moves no state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from ctxhub.governance import ContextReport, Governed
+from sessions.models import AgentSession, SentRequest, SessionGovernor
+
+
+@dataclass(frozen=True, slots=True)
+class StoredState:
+    """The session's Governor state as a process read it."""
+
+    version: int
+    """Requests sent so far (0: none): the version a write must find to replace it."""
+    state: dict[str, Any] | None
+    """None: the next request is a new start (nothing sent yet, or the state was made under
+    another policy, model or window)."""
+
+
+def governor_key(session: AgentSession) -> str:
+    """Of what a Governor's state is made under: the session's policy, model and window."""
+    decided_by = {
+        "policy": session.policy or {},
+        "model": session.model,
+        "window": session.context_window,
+    }
+    return hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()
+
+
+def stored_state(session: AgentSession) -> StoredState:
+    """The state the session's last request left (one query)."""
+    row = SessionGovernor.objects.filter(session=session).values("key", "state", "version")
+    found = row.first()
+    if found is None:
+        return StoredState(0, None)
+    fits = found["key"] == governor_key(session)
+    return StoredState(found["version"], found["state"] if fits else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What a request sent carried, as the Governor reported it."""
+
+    governed: Governed
+    history_tokens: int
+    last_seq: int
+    describe: Callable[[ContextReport], str]
+    """The action in words, from the report (built only for a request that acted)."""
+
+
+def record_sent(
+    session: AgentSession, read: StoredState, state: dict[str, Any], sent: Sent
+) -> bool:
+    """Store the state a request left and record the request, if the stored state is still the
+    one ``read``; False when another process sent a request of the session since (the caller
+    governs again from that one's state)."""
+    governed = sent.governed
+    number = read.version + 1
+    acted = governed.acted or ""
+    action = "" if governed.acted is None else sent.describe(governed.report)
+    try:
+        with transaction.atomic():
+            if read.version == 0:
+                SessionGovernor.objects.create(
+                    session=session, key=governor_key(session), state=state, version=number
+                )
+            else:
+                replaced = SessionGovernor.objects.filter(
+                    session=session, version=read.version
+                ).update(key=governor_key(session), state=state, version=number)
+                if not replaced:
+                    return False
+            SentRequest.objects.create(
+                session=session,
+                number=number,
+                last_seq=sent.last_seq,
+                tokens=governed.tokens_after,
+                tool_tokens=governed.tool_definition_tokens,
+                history_tokens=sent.history_tokens,
+                prefix_tokens=governed.prefix_tokens,
+                window_tokens=governed.window_tokens,
+                budget_tokens=governed.budget_tokens,
+                acted=acted,
+                action=action,
+            )
+    except IntegrityError:  # another process wrote the session's first state first
+        return False
+    return True
+
+
+def action_words(report: ContextReport, seq_of: Callable[[int | None], int | None]) -> str:
+    """What a request that acted sends now, in words: the log messages the window omits (as
+    seq ranges), the results masked, the outputs truncated or evicted."""
+    dropped: list[int] = []
+    counts = {"masked": 0, "truncated": 0, "evicted": 0, "deduplicated": 0}
+    for entry in report.messages:
+        if not entry.kept:
+            seq = seq_of(entry.index)
+            if seq is not None:
+                dropped.append(seq)
+            continue
+        for part in entry.parts:
+            if part.action in counts:
+                counts[part.action] += 1
+    said = []
+    if dropped:
+        said.append(f"window: {_ranges(dropped)} omitted ({len(dropped):,} messages)")
+    said += [f"{count:,} results {verb}" for verb, count in counts.items() if count]
+    return "; ".join(said) or "nothing omitted or shortened"
+
+
+def _ranges(seqs: list[int]) -> str:
+    """``#3-#212, #230`` (with an en dash) for seqs: at most three ranges, then how many
+    more."""
+    runs: list[tuple[int, int]] = []
+    for seq in sorted(seqs):
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    words = [f"#{a}" if a == b else f"#{a}\N{EN DASH}#{b}" for a, b in runs[:3]]
+    if len(runs) > 3:
+        words.append(f"{len(runs) - 3} more ranges")
+    return ", ".join(words)

@@ -2,9 +2,10 @@
 
 A snapshot is derived data, like a message's counting cache: a session's governed messages, its
 report and the seq of each position, stored under the key of everything that decides them (the
-records revision, the newest seq, the pins, the policy, the model and window, the version of
-the session's Governor state, and the engine's own code). A snapshot whose key differs is never
-read, so a stale one costs nothing but its row; it is rewritten freely. A process that governed the session already carries its own work over
+records revision, the newest seq, the pins, the policy, the model and window, the tool
+definitions the agent sends, the version of the session's Governor state, and the engine's own
+code). A snapshot whose key differs is never read, so a stale one costs nothing but its row;
+it is rewritten freely. A process that governed the session already carries its own work over
 instead (``sessions.history``), so snapshots are written where that is not so: when a process
 governs a session cold, and by the job that refreshes them after appends.
 """

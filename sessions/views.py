@@ -18,9 +18,10 @@ from sessions.chat.turns import running_turn
 from sessions.chat.views import chat_context
 from sessions.history import UnreadableMessage, record_state
 from sessions.http import AuthenticatedHttpRequest
-from sessions.models import AgentSession, Clear, Compaction, Message
+from sessions.models import AgentSession, Clear, Compaction, Message, SentRequest
 from sessions.presenters import present_message, present_sent
 from sessions.services.fleet import SORTS, fleet
+from sessions.services.sending import GOVERNOR_ACTIONS
 from sessions.trajectory import trajectory
 from sessions.xray import Fates, xray
 
@@ -61,8 +62,14 @@ def _records(session: AgentSession) -> dict[str, Any]:
     return {
         "compactions": list(
             Compaction.objects.filter(session=session)
-            .select_related("actor", "undone_by", "supersedes")
+            .select_related("actor", "undone_by", "supersedes", "job")
             .order_by("-created_at", "-id")[:50]
+        ),
+        # The Governor's actions: where it changed what it had sent (a cache break).
+        "actions": list(
+            SentRequest.objects.filter(session=session, acted__in=GOVERNOR_ACTIONS).order_by(
+                "-number"
+            )[:20]
         ),
         "clears": list(
             Clear.objects.filter(session=session)

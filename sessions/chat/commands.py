@@ -16,6 +16,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from sessions import services
 from sessions.chat import turns
+from sessions.figures import compaction_outcome
 from sessions.models import AgentSession, JobStatus, MessageKind
 from sessions.services import Conflict, Invalid, NotFound
 from sessions.xray import xray
@@ -65,10 +66,10 @@ def _compact(session: AgentSession, actor: Any, focus: str) -> Note:
     job = request.job
     job.refresh_from_db()
     if job.status == JobStatus.DONE and job.result.get("tokens_before"):
-        before, after = job.result["tokens_before"], job.result.get("tokens_after")
-        return Note("compact", f"Compacted: {intcomma(before)} → {intcomma(after)} tokens.")
+        return Note("compact", f"Compacted: {compaction_outcome(job.result)}.")
     if job.status == JobStatus.DONE:
-        return Note("compact", f"Not compacted: {job.error or job.outcome or 'nothing to do'}.")
+        why = job.error or ("" if job.outcome == "nothing_to_compact" else job.outcome)
+        return Note("compact", f"Not compacted: {why or 'nothing to compact'}.")
     if job.status == JobStatus.FAILED:
         return Note("compact", f"Compaction failed: {job.error}")
     again = "" if request.created else " (the same request was already queued)"

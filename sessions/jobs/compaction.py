@@ -54,6 +54,7 @@ from sessions.services.compaction import (
     replacement_for,
     session_state,
 )
+from sessions.services.governed import session_window
 from sessions.services.records import (
     audit,
     bump_revision,
@@ -415,6 +416,9 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
         bump_revision(session)
         job.result = {
             "compaction": record.pk,
+            "sent_before": before,
+            "sent_after": report.sent_after,
+            "window": session_window(session),
             "tokens_before": report.tokens_before,
             "tokens_after": report.tokens_after,
         }

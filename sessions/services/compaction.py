@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from ctxhub.governance import Policy, is_summary, plan_compaction
+from ctxhub.governance.compact import MIN_SUMMARY_TOKENS
 from ctxhub.governance.counting import MARK
 from ctxhub.governance.facts import message_facts
 from ctxhub.governance.policy import Threshold
@@ -37,7 +38,12 @@ from sessions.models import (
 )
 from sessions.payloads import message_to_payload
 from sessions.services.errors import Conflict, Invalid
-from sessions.services.governed import session_policy, session_summarizer, session_window
+from sessions.services.governed import (
+    governed_context,
+    session_policy,
+    session_summarizer,
+    session_window,
+)
 
 
 @dataclass(frozen=True)
@@ -124,10 +130,31 @@ class CompactionPreview:
     """Tokens of what stays (kept messages and kept user words)."""
     summary_tokens_max: int
     """What the summariser may write (its ledger of facts may add to it)."""
+    sent_now: int
+    """Tokens the session's next request carries now (what the x-ray shows)."""
+    sent_after_max: int
+    """Tokens the next request would carry after it, at most (kept messages, the user's words
+    kept and the longest summary asked for); ``sent_now`` when nothing is compacted."""
+    summary_room: int
+    """The longest summary the summariser would be asked for: what the compaction's aim leaves
+    beside what it keeps."""
+    window_tokens: int
 
     @property
     def nothing_to_compact(self) -> bool:
         return not self.summarized_seqs
+
+    @property
+    def shrinks(self) -> bool:
+        """Whether the next request would carry less (a compaction of a session the window
+        already keeps small may only replace what the window omits with a summary)."""
+        return not self.nothing_to_compact and self.sent_after_max < self.sent_now
+
+    @property
+    def refused(self) -> bool:
+        """Whether the compaction will be refused when it runs: what it keeps leaves no room
+        for a summary in the next request (its growth guard)."""
+        return not self.nothing_to_compact and self.summary_room < MIN_SUMMARY_TOKENS
 
     @property
     def tokens_after_estimate(self) -> int:
@@ -193,11 +220,13 @@ def preview_compaction(
     )
     key = fingerprint(session, state, policy, summarizer, focus, keep_from)
     tokenizer = tokenizer_for(session.model)
+    sent_now = governed_context(session).tokens
+    window = session_window(session)
     if not plan.summarized_indices:
         all_seqs = [s for s in (history.seq_at(p) for p in range(len(history))) if s is not None]
         return CompactionPreview(
             key, focus, summarizer, state, keep_from, None, None, [], all_seqs, [], 0,
-            history.tokens, history.tokens, DEFAULT_SUMMARY_TOKENS,
+            history.tokens, history.tokens, DEFAULT_SUMMARY_TOKENS, sent_now, sent_now, 0, window,
         )  # fmt: skip
     stand_in = ModelRequest(
         parts=[UserPromptPart(SUMMARY_PREFIX.format(count=len(plan.middle)))],
@@ -209,6 +238,7 @@ def preview_compaction(
     replaced = set(replacement.summarized_seqs)
     kept_seqs = [s for s in shown if s is not None and s not in replaced]
     tokens_kept = sum(message_facts(m, tokenizer).tokens for m in output if m is not stand_in)
+    summary_room = plan.summary_tokens_for(DEFAULT_SUMMARY_TOKENS)
     return CompactionPreview(
         fingerprint=key,
         focus=focus,
@@ -226,6 +256,10 @@ def preview_compaction(
         tokens_before=history.tokens,
         tokens_kept=tokens_kept,
         summary_tokens_max=DEFAULT_SUMMARY_TOKENS,
+        sent_now=sent_now,
+        sent_after_max=plan.kept_tokens + plan.users_tokens + summary_room,
+        summary_room=summary_room,
+        window_tokens=window,
     )
 
 

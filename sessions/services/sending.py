@@ -23,6 +23,10 @@ from django.db import IntegrityError, transaction
 from ctxhub.governance import ContextReport, Governed
 from sessions.models import AgentSession, SentRequest, SessionGovernor
 
+GOVERNOR_ACTIONS = ("high_water", "over_budget", "trigger")
+"""Why a request changed what the ones before it sent, other than a new start (its first, or
+after an edit: those are the records' own changes)."""
+
 
 @dataclass(frozen=True, slots=True)
 class StoredState:

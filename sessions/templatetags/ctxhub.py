@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from django import template
+
+from sessions import figures
 
 register = template.Library()
 
 _CENT_FRACTION = Decimal("0.0001")
 _CENT = Decimal("0.01")
+
+
+@register.filter
+def share(tokens: int, window: int) -> str:
+    """``tokens`` as a share of ``window`` (``sessions.figures``)."""
+    return figures.share(tokens, window)
+
+
+@register.filter
+def compaction_outcome(result: Mapping[str, Any]) -> str:
+    """A finished compaction job's result in words (``sessions.figures``)."""
+    return figures.compaction_outcome(result or {})
 
 
 @register.filter

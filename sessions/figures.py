@@ -1,0 +1,37 @@
+"""How the hub says token figures: what the next request carries, as a share of the window,
+and how a change (a compaction) moves it. One wording for the pages, the chat and the API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def share(tokens: int, window: int) -> str:
+    """``tokens`` as a share of ``window``: ``38.5 %`` (``<0.1 %`` for a sliver, never 0.0)."""
+    if window <= 0:
+        return "—"
+    percent = 100 * tokens / window
+    if 0 < percent < 0.1:
+        return "<0.1 %"
+    return f"{percent:.1f} %"
+
+
+def sent_change(before: int, after: int, window: int) -> str:
+    """``next request 16,559 → 9,800 tokens (38.5 % → 22.8 % of the 43,000-token window)``."""
+    return (
+        f"next request {before:,} → {after:,} tokens ({share(before, window)} → "
+        f"{share(after, window)} of the {window:,}-token window)"
+    )
+
+
+def compaction_outcome(result: Mapping[str, Any]) -> str:
+    """A finished compaction job's result in words: the next request first, the effective
+    history as detail; empty when the job wrote nothing."""
+    if "tokens_before" not in result:
+        return ""
+    history = f"effective history {result['tokens_before']:,} → {result['tokens_after']:,}"
+    if "sent_before" not in result:  # a job finished before the next request was measured
+        return history
+    sent = sent_change(result["sent_before"], result["sent_after"], result["window"])
+    return f"{sent}; {history}"

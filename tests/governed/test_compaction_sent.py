@@ -1,0 +1,62 @@
+"""A compaction states what users act on: the tokens the next request carries now and after (and
+as a share of the window), with the effective history as detail; one that would not shrink the
+next request says so before it runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sessions import services
+from sessions.models import Compaction
+from tests.governed.builders import agentic_session, turn
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.smoke]
+
+
+def test_preview_and_result_state_the_next_request_now_and_after(alice: Any) -> None:
+    session = agentic_session(alice, turns=0)
+    for n in range(40):  # an agent's turns, each request sent: the Governor fills the budget
+        services.append_messages(session, turn(n))
+        services.send_context(session)
+    preview = services.preview_compaction(session)
+    now = services.governed_context(session).tokens
+    assert preview.sent_now == now
+    assert preview.window_tokens == services.session_window(session)
+    assert preview.shrinks
+    assert not preview.refused
+    job = services.request_compaction(session, expected=preview.fingerprint).job
+    job.refresh_from_db()
+    assert job.status == "done", job.error
+    result = job.result
+    assert result["sent_before"] == now
+    assert result["window"] == preview.window_tokens
+    after = services.governed_context(session).tokens
+    assert result["sent_after"] == after
+    assert after <= preview.sent_after_max
+    assert Compaction.objects.get(job=job).tokens_after == result["tokens_after"]
+
+
+def test_a_compaction_that_would_not_shrink_the_next_request_is_flagged(alice: Any) -> None:
+    session = agentic_session(alice, turns=40)
+    early = session.messages.order_by("seq").values_list("seq", flat=True)[8]
+    preview = services.preview_compaction(session, keep_from=early)
+    assert not preview.nothing_to_compact
+    assert not preview.shrinks
+    assert preview.refused
+    job = services.request_compaction(session, keep_from=early).job
+    job.refresh_from_db()
+    assert "growth guard" in job.error
+    assert not Compaction.objects.filter(session=session).exists()
+
+
+def test_a_compaction_of_a_session_the_window_keeps_small_says_it_is_no_smaller(
+    alice: Any,
+) -> None:
+    session = agentic_session(alice, turns=40)  # never sent: the next request is a new start
+    preview = services.preview_compaction(session)
+    assert preview.summarized_seqs
+    assert not preview.refused
+    assert not preview.shrinks
+    assert preview.sent_after_max >= preview.sent_now == services.governed_context(session).tokens

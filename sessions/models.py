@@ -359,6 +359,12 @@ class SentRequest(models.Model):
         max_length=16, blank=True, help_text="Why it changed what was sent before, if it did."
     )
     action = models.TextField(blank=True, help_text="What changed, in words.")
+    state = models.JSONField(
+        null=True, help_text="The Governor state it was governed from (None: a new start)."
+    )
+    key = models.CharField(
+        max_length=64, help_text="Of the policy, model and window it was governed under."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,11 +1,14 @@
 """A session's trajectory: the size of each model request over the session's life.
 
-For every model response in the log: the effective history the request before it was built
-from, *as it was then* (the log up to that point, less what the clears and compactions active
-at that moment hid or replaced, counted from stored counts), and the input tokens the provider
-reported, where the stored response carries its usage. Compactions are marked where they were
-made, with the soft threshold and the budget as lines. One query over the log's counts (no
-payload is read); long sessions are thinned to ``MAX_POINTS`` for the chart.
+What each request sent really carried, as the session's Governor sent it (``SentRequest``,
+stored as requests are sent); beside it, for every model response in the log, the effective
+history its request was built from *as it was then* (the log up to that point, less what the
+clears and compactions active at that moment hid or replaced, counted from stored counts, before
+governance), and the input and cached tokens the provider reported, where the stored response
+carries its usage. A request is plotted at the seq of the response that answered it. The
+window, the budget, the Governor's high- and low-water marks and the soft threshold are lines,
+and compactions are marked where they were made. One query over the log's counts (no payload is
+parsed); long sessions are thinned to ``MAX_POINTS`` for the chart.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from datetime import datetime
 from itertools import accumulate
 from typing import Any
 
-from sessions.models import AgentSession, Clear, Compaction, MessageKind
+from django.db.models.fields.json import KT
+
+from sessions.models import AgentSession, Clear, Compaction, MessageKind, SentRequest
+from sessions.services.limits import Limits
 
 MAX_POINTS = 1_500
 
@@ -42,20 +48,61 @@ class _ClearAt(_Record):
     from_seq: int
 
 
-def trajectory(session: AgentSession, *, threshold: int, budget: int) -> dict[str, Any]:
-    """The chart's data: seqs, effective tokens then, provider-reported input tokens (None
-    where not reported), compaction marks (seq where made), and the two lines."""
+def trajectory(session: AgentSession, limits: Limits) -> dict[str, Any]:
+    """The chart's data: aligned series over ``seqs`` (None where a series has no point):
+    ``sent`` (tokens a request sent carried, tool definitions included) and its ``requests``
+    number, ``effective`` (the history it was built from), ``reported`` and ``cached`` (the
+    provider's input and cache-read tokens); compaction ``marks`` and the limits' lines."""
+    lines = {
+        "window": limits.window,
+        "budget": limits.budget,
+        "high_water": limits.high_water,
+        "low_water": limits.low_water,
+        "threshold": limits.soft_threshold,
+    }
     rows = list(
         session.messages.order_by("seq").values_list(
-            "seq", "tokens", "kind", "created_at", "reported_input_tokens"
+            "seq",
+            "tokens",
+            "kind",
+            "created_at",
+            "reported_input_tokens",
+            KT("payload__usage__cache_read_tokens"),
         )
     )
+    points: dict[int, dict[str, int | None]] = {}
+    for sent in SentRequest.objects.filter(session=session).values_list(
+        "last_seq", "tokens", "tool_tokens", "number"
+    ):
+        last_seq, tokens, tools, number = sent
+        # Plotted where its answer lands; a later request with the same history wins.
+        points[last_seq + 1] = {"sent": tokens + tools, "requests": number}
+    for seq, effective, reported, cached in _responses(session, rows):
+        points.setdefault(seq, {}).update(
+            effective=effective, reported=reported, cached=None if cached is None else int(cached)
+        )
+    times = [row[3] for row in rows]
+    compactions = Compaction.objects.filter(session=session, undone_at__isnull=True)
+    # A compaction is marked at the newest message stored when it was made.
+    marks = sorted({max(bisect_right(times, c.created_at) - 1, 0) for c in compactions})
+    seqs = _thinned(sorted(points), points)
+    series = ("sent", "requests", "effective", "reported", "cached")
+    return {
+        "seqs": seqs,
+        **{name: [points[seq].get(name) for seq in seqs] for name in series},
+        "marks": marks,
+        **lines,
+    }
+
+
+def _responses(
+    session: AgentSession, rows: list[tuple[Any, ...]]
+) -> list[tuple[int, int, int | None, str | None]]:
+    """(seq, effective history then, reported input, reported cache reads) of each response."""
     if not rows:
-        return {"seqs": [], "effective": [], "reported": [], "marks": [], "threshold": threshold,
-                "budget": budget}  # fmt: skip
+        return []
     tokens = [row[1] for row in rows]
     prefix = [0, *accumulate(tokens)]  # prefix[s]: tokens of seqs before s
-    times = [row[3] for row in rows]
     compactions = [
         _CompactionAt(
             c.created_at,
@@ -70,10 +117,8 @@ def trajectory(session: AgentSession, *, threshold: int, budget: int) -> dict[st
         _ClearAt(c.created_at, c.undone_at, c.from_seq)
         for c in Clear.objects.filter(session=session)
     ]
-    seqs: list[int] = []
-    effective: list[int] = []
-    reported: list[int | None] = []
-    for seq, _, kind, created, usage in rows:
+    found = []
+    for seq, _, kind, created, usage, cached in rows:
         if kind != MessageKind.RESPONSE:
             continue
         start = max(
@@ -85,24 +130,19 @@ def trajectory(session: AgentSession, *, threshold: int, budget: int) -> dict[st
             for c in compactions
             if c.active_at(created) and c.last_seq < seq and c.last_seq >= start
         )
-        seqs.append(seq)
-        effective.append(prefix[seq] - prefix[start] - saved)
-        reported.append(usage)
-    # A compaction is marked at the newest message stored when it was made.
-    marks = sorted(
-        {max(bisect_right(times, c.created) - 1, 0) for c in compactions if c.undone is None}
-    )
-    # Thinned by keeping the largest request of each stretch: peaks are what matter here.
+        found.append((seq, prefix[seq] - prefix[start] - saved, usage, cached))
+    return found
+
+
+def _thinned(seqs: list[int], points: dict[int, dict[str, int | None]]) -> list[int]:
+    """At most ``MAX_POINTS`` seqs, keeping the largest request of each stretch: peaks are what
+    matter here."""
     step = max(1, -(-len(seqs) // MAX_POINTS))
-    kept = [
-        max(range(i, min(i + step, len(seqs))), key=effective.__getitem__)
-        for i in range(0, len(seqs), step)
-    ]
-    return {
-        "seqs": [seqs[i] for i in kept],
-        "effective": [effective[i] for i in kept],
-        "reported": [reported[i] for i in kept],
-        "marks": marks,
-        "threshold": threshold,
-        "budget": budget,
-    }
+    if step == 1:
+        return seqs
+
+    def size(seq: int) -> int:
+        point = points[seq]
+        return point.get("sent") or point.get("effective") or 0
+
+    return [max(seqs[i : i + step], key=size) for i in range(0, len(seqs), step)]

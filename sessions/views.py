@@ -19,7 +19,7 @@ from sessions.chat.views import chat_context
 from sessions.history import UnreadableMessage, record_state
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message, SentRequest
-from sessions.presenters import present_message, present_sent
+from sessions.presenters import present_message, present_part, present_sent
 from sessions.services.fleet import SORTS, fleet
 from sessions.services.sending import GOVERNOR_ACTIONS
 from sessions.trajectory import trajectory
@@ -102,7 +102,7 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
             "can_change": may_change(request.user, session),
             "xray": xray(timeline["context"]),
             "totals": services.token_totals(session),
-            "trajectory": _trajectory(session),
+            **_trajectory(session, timeline["context"]),
             # A page that ends before the log does shows a "later" link and is not followed
             # live (new messages would leave a gap).
             "following": following,
@@ -131,13 +131,11 @@ def xray_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     )
 
 
-def _trajectory(session: AgentSession) -> dict[str, Any]:
-    policy = services.session_policy(session)
-    return trajectory(
-        session,
-        threshold=services.soft_threshold(session, policy),
-        budget=policy.history_budget(services.session_window(session)),
-    )
+def _trajectory(session: AgentSession, context: services.GovernedContext) -> dict[str, Any]:
+    return {
+        "trajectory": trajectory(session, services.session_limits(session, context)),
+        "cache_weighting": services.session_cache_weighting(session),
+    }
 
 
 @require_GET
@@ -146,7 +144,7 @@ def trajectory_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResp
     return render(
         request,
         "sessions/_trajectory.html",
-        {"session": session, "trajectory": _trajectory(session)},
+        {"session": session, **_trajectory(session, services.governed_context(session))},
     )
 
 
@@ -247,6 +245,24 @@ def message_sent(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> HttpR
     get_object_or_404(Message, session=session, seq=seq)
     sent = present_sent(services.governed_context(session), seq)
     return render(request, "sessions/_parts.html", {"parts": sent, "session": session})
+
+
+@require_GET
+def sent_request(request: AuthenticatedHttpRequest, pk: UUID, number: int) -> HttpResponse:
+    """A request the session sent, opened as it was sent: its figures and its messages."""
+    session = visible_session(request.user, pk)
+    opened = services.open_sent_request(session, number)
+    if opened is None:
+        raise Http404("this session sent no such request")
+    messages = [
+        (message.kind, [present_part(part, full=False) for part in message.parts])
+        for message in opened.messages
+    ]
+    return render(
+        request,
+        "sessions/sent_request.html",
+        {"session": session, "opened": opened, "request": opened.row, "messages": messages},
+    )
 
 
 @require_GET

@@ -91,6 +91,20 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("action", models.TextField(blank=True, help_text="What changed, in words.")),
+                (
+                    "state",
+                    models.JSONField(
+                        help_text="The Governor state it was governed from (None: a new start).",
+                        null=True,
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="Of the policy, model and window it was governed under.",
+                        max_length=64,
+                    ),
+                ),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
                 (
                     "session",

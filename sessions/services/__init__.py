@@ -23,6 +23,7 @@ from sessions.services.governed import (
     session_summarizer,
     session_window,
 )
+from sessions.services.limits import Limits, limits_for, session_limits, stored_limits
 from sessions.services.log import (
     PAGE_SIZE,
     SessionSummary,
@@ -42,6 +43,11 @@ from sessions.services.records import (
     undo_compaction,
     unpin,
 )
+from sessions.services.sent_requests import (
+    OpenedRequest,
+    open_sent_request,
+    session_cache_weighting,
+)
 
 __all__ = [
     "PAGE_SIZE",
@@ -50,7 +56,9 @@ __all__ = [
     "GovernedContext",
     "Invalid",
     "JobRequest",
+    "Limits",
     "NotFound",
+    "OpenedRequest",
     "ServiceError",
     "SessionSummary",
     "TokenTotals",
@@ -61,7 +69,9 @@ __all__ = [
     "clear",
     "governed_context",
     "history_figures",
+    "limits_for",
     "message_page",
+    "open_sent_request",
     "pin",
     "preview_compaction",
     "read_evicted_output",
@@ -69,12 +79,15 @@ __all__ = [
     "request_compaction",
     "resume_auto_compaction",
     "send_context",
+    "session_cache_weighting",
+    "session_limits",
     "session_policy",
     "session_summarizer",
     "session_window",
     "sessions_for",
     "set_policy",
     "soft_threshold",
+    "stored_limits",
     "token_totals",
     "undo_clear",
     "undo_compaction",

@@ -18,7 +18,8 @@ from sessions.models import (
 )
 from sessions.services.compaction import active_job, request_compaction
 from sessions.services.errors import Conflict
-from sessions.services.governed import session_policy, session_window
+from sessions.services.governed import session_policy
+from sessions.services.limits import stored_limits
 from sessions.services.records import audit
 
 RUNAWAY_RUNS = 3
@@ -26,10 +27,9 @@ RUNAWAY_RUNS = 3
 
 
 def soft_threshold(session: AgentSession, policy: Policy | None = None) -> int:
-    """Effective-history tokens past which the session is compacted in the background."""
-    policy = policy or session_policy(session)
-    budget = policy.history_budget(session_window(session))
-    return int(budget * policy.compaction.soft_threshold)
+    """Effective-history tokens past which the session is compacted in the background (see
+    ``sessions.services.limits``)."""
+    return stored_limits(session, policy).soft_threshold
 
 
 def _ineffective(job: CompactionJob, threshold: int) -> bool:

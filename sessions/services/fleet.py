@@ -27,9 +27,9 @@ from sessions.models import (
     JobStatus,
     Pin,
 )
-from sessions.services.auto_compaction import soft_threshold
 from sessions.services.costs import SessionCost, session_costs
 from sessions.services.governed import governed_context, session_policy, session_window
+from sessions.services.limits import limits_for, stored_limits
 from sessions.services.sending import stored_state
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def _row(
     policy = session_policy(session)
     version = session.governor_version
     governed, current, budget = governed_figures(session, pins, version, snapshot, deadline)
-    threshold = soft_threshold(session, policy)
+    limits = limits_for(policy, session_window(session), budget)
     state, detail = status or ("", "")
     if session.auto_compaction_paused and not state:
         state, detail = "flagged", session.auto_compaction_paused
@@ -189,10 +189,10 @@ def _row(
         **_stored_figures(session, user, cost),
         governed=governed,
         governed_current=current,
-        budget=budget,
-        window=session_window(session),
-        threshold=threshold,
-        headroom=threshold - effective_tokens(session),
+        budget=limits.budget,
+        window=limits.window,
+        threshold=limits.soft_threshold,
+        headroom=limits.soft_threshold - effective_tokens(session),
         auto=policy.compaction.auto and not session.auto_compaction_paused,
         status=state,
         status_detail=detail,
@@ -219,7 +219,7 @@ def governed_figures(
         context = governed_context(session)
         return context.tokens, True, context.report.budget_tokens
     events.send(events.snapshot_stale, session=session)
-    budget = session_policy(session).history_budget(session_window(session))
+    budget = stored_limits(session).budget
     return (None if snapshot is None else snapshot["tokens"]), False, budget
 
 

@@ -78,18 +78,19 @@ def record_sent(
     governs again from that one's state)."""
     governed = sent.governed
     number = read.version + 1
+    key = governor_key(session)
     acted = governed.acted or ""
     action = "" if governed.acted is None else sent.describe(governed.report)
     try:
         with transaction.atomic():
             if read.version == 0:
                 SessionGovernor.objects.create(
-                    session=session, key=governor_key(session), state=state, version=number
+                    session=session, key=key, state=state, version=number
                 )
             else:
                 replaced = SessionGovernor.objects.filter(
                     session=session, version=read.version
-                ).update(key=governor_key(session), state=state, version=number)
+                ).update(key=key, state=state, version=number)
                 if not replaced:
                     return False
             SentRequest.objects.create(
@@ -104,6 +105,8 @@ def record_sent(
                 budget_tokens=governed.budget_tokens,
                 acted=acted,
                 action=action,
+                state=read.state,
+                key=key,
             )
     except IntegrityError:  # another process wrote the session's first state first
         return False

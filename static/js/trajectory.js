@@ -1,14 +1,16 @@
-// Draws a session's trajectory (sessions/trajectory.py) with uPlot: request sizes over the
-// session, the provider's figures beside ours, compaction marks, the threshold and the budget.
+// Draws a session's trajectory (sessions/trajectory.py) with uPlot: what each request sent
+// carried, the history it was built from and the provider's figures, compaction marks, and the
+// window, budget, the Governor's marks and the soft threshold. A click opens a request sent.
 
 function drawTrajectory(container) {
   const data = JSON.parse(document.getElementById(container.dataset.chart).textContent);
   const flat = (value) => data.seqs.map(() => value);
   const marks = new Set(data.marks);
   const number = (v) => (v == null ? "–" : Math.round(v).toLocaleString("en-US"));
+  const line = (label, stroke, dash) => ({ label, stroke, dash, width: 1, points: { show: false }, value: (u, v) => number(v) });
   const opts = {
     width: container.clientWidth || 800,
-    height: 220,
+    height: 240,
     scales: { x: { time: false } },
     axes: [
       { label: "message #" },
@@ -16,10 +18,15 @@ function drawTrajectory(container) {
     ],
     series: [
       { label: "message #" },
-      { label: "effective history then", stroke: "#0072b2", width: 1.5, value: (u, v) => number(v) },
+      { label: "sent", stroke: "#0072b2", width: 2, spanGaps: true, value: (u, v) => number(v) },
+      { label: "effective history then", stroke: "#56b4e9", width: 1, spanGaps: true, value: (u, v) => number(v) },
       { label: "provider-reported input", stroke: "#e69f00", width: 1.5, spanGaps: true, value: (u, v) => number(v) },
-      { label: "soft threshold", stroke: "#d55e00", dash: [6, 4], width: 1, points: { show: false }, value: (u, v) => number(v) },
-      { label: "budget", stroke: "#667085", dash: [2, 4], width: 1, points: { show: false }, value: (u, v) => number(v) },
+      { label: "provider-reported cached", stroke: "#cc79a7", width: 1.5, spanGaps: true, value: (u, v) => number(v) },
+      line("window", "#111827", [1, 3]),
+      line("budget", "#667085", [2, 4]),
+      line("high-water mark", "#d55e00", [8, 4]),
+      line("low-water mark", "#009e73", [8, 4]),
+      line("soft threshold", "#b45309", [3, 3]),
     ],
     hooks: {
       // Compaction marks: a vertical line where each one was made.
@@ -42,8 +49,19 @@ function drawTrajectory(container) {
     },
   };
   container.replaceChildren();
+  const columns = [
+    data.seqs, data.sent, data.effective, data.reported, data.cached,
+    flat(data.window), flat(data.budget), flat(data.high_water), flat(data.low_water), flat(data.threshold),
+  ];
   // eslint-disable-next-line no-undef
-  new uPlot(opts, [data.seqs, data.effective, data.reported, flat(data.threshold), flat(data.budget)], container);
+  const chart = new uPlot(opts, columns, container);
+  // A click on a request sent opens it as it was sent.
+  chart.over.addEventListener("click", () => {
+    const request = data.requests[chart.cursor.idx];
+    if (request != null && container.dataset.requestUrl) {
+      window.location.assign(container.dataset.requestUrl.replace("/0/", `/${request}/`));
+    }
+  });
   container.dataset.drawn = "true";
 }
 

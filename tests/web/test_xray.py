@@ -11,14 +11,18 @@ from django.test import Client
 from pydantic_ai.messages import ModelResponse, ToolReturnPart
 from pydantic_ai.usage import RequestUsage
 
+from ctxhub.governance import Policy
 from sessions import services
 from sessions.history import record_state
-from sessions.models import AgentSession, Compaction
+from sessions.models import AgentSession, Compaction, SentRequest
 from sessions.presenters import present_message
+from sessions.services import limits_for
 from sessions.trajectory import trajectory
 from sessions.xray import USED, Fates, xray
 from tests.factories import make_session
 from tests.messages import agent_turns, reply, tool_call, tool_result, user
+
+LIMITS = limits_for(Policy(), window=128_000, budget=20)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
@@ -207,7 +211,7 @@ def test_the_trajectory_shows_each_request_as_it_was_then(client: Client, alice:
         for i, m in enumerate(history)
     ]
     services.append_messages(session, with_usage, auto_compact=False)
-    first = trajectory(session, threshold=10, budget=20)
+    first = trajectory(session, LIMITS)
     responses = [m.seq for m in session.messages.all() if m.kind == "response"]
     assert first["seqs"] == responses
     assert first["reported"] == [1_000 + s for s in responses]
@@ -219,7 +223,7 @@ def test_the_trajectory_shows_each_request_as_it_was_then(client: Client, alice:
     services.request_compaction(session)
     record = Compaction.objects.get(session=session)
     services.append_messages(session, agent_turns(1, 2, "z"), auto_compact=False)
-    after = trajectory(session, threshold=10, budget=20)
+    after = trajectory(session, LIMITS)
     # Requests made before the compaction keep the size they had; the ones after shrink.
     assert after["effective"][: len(responses)] == first["effective"]
     assert after["effective"][-1] < first["effective"][-1]
@@ -231,7 +235,40 @@ def test_the_trajectory_shows_each_request_as_it_was_then(client: Client, alice:
     assert record.undone_at is None
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_trajectory_plots_what_each_request_sent_with_the_marks(alice: object) -> None:
+    policy = {"context_window": 6_000, "reserved_output_tokens": 0, "compaction": {"auto": False}}
+    session = make_session(alice, policy=policy)
+    history = agent_turns(12, 2, "y " * 400)
+    sent = []
+    for end in range(1, len(history) + 1):
+        message = history[end - 1]
+        if isinstance(message, ModelResponse):
+            usage = RequestUsage(input_tokens=3_000 + end, cache_read_tokens=1_000, output_tokens=9)
+            message = ModelResponse(parts=message.parts, usage=usage)
+        services.append_messages(session, [message], auto_compact=False)
+        if not isinstance(message, ModelResponse):
+            sent.append(services.send_context(session).tokens)
+    context = services.governed_context(session)
+    limits = services.session_limits(session, context)
+    chart = trajectory(session, limits)
+    requests = list(SentRequest.objects.filter(session=session))
+    points = {seq: i for i, seq in enumerate(chart["seqs"])}
+    for request, tokens in zip(requests, sent, strict=True):
+        at = points[request.last_seq + 1]  # where its answer lands
+        assert chart["sent"][at] == tokens + request.tool_tokens
+        assert chart["requests"][at] == request.number
+    answered = [r for r in requests if r.last_seq + 1 < len(history)]
+    for request in answered:
+        at = points[request.last_seq + 1]
+        assert chart["reported"][at] == 3_000 + request.last_seq + 2
+        assert chart["cached"][at] == 1_000
+    assert max(s for s in chart["sent"] if s is not None) > limits.low_water
+    assert (chart["window"], chart["budget"]) == (6_000, context.report.budget_tokens)
+    assert chart["low_water"] < chart["high_water"] <= chart["budget"] < chart["window"]
+
+
 def test_a_response_without_usage_reports_nothing(alice: object) -> None:
     session = make_session(alice)
     services.append_messages(session, agent_turns(2, 1, "x"))
-    assert set(trajectory(session, threshold=1, budget=2)["reported"]) == {None}
+    assert set(trajectory(session, LIMITS)["reported"]) == {None}

@@ -106,7 +106,15 @@ class CompactionReport(BaseModel):
     ledger: list[LedgerItem]
     ledger_omitted: int
     kept_by_summarizer: list[str]
+    """Facts of the ledger the summary states by itself."""
     added_by_ledger: list[str]
+    """Facts the summary left out: appended to it from the ledger."""
+    missing_facts: list[str] = []
+    """Of those, the ones the messages kept beside the summary do not state either: what the
+    compaction would have lost but for the ledger."""
+    fact_score: float = 1.0
+    """The share of the ledger's facts the compacted history held (in the summary or the
+    messages kept) before the ledger's were appended."""
     duration_ms: float
 
 

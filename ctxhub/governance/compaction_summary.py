@@ -56,6 +56,8 @@ class Summary:
             "ledger_omitted": self.ledger.omitted,
             "kept_by_summarizer": [i.text for i in self.reconciled.kept_by_summarizer],
             "added_by_ledger": [i.text for i in self.reconciled.added_by_ledger],
+            "missing_facts": [i.text for i in self.reconciled.missing],
+            "fact_score": self.reconciled.score,
         }
 
 
@@ -84,6 +86,12 @@ async def write_summary(
         [*summaries_as_messages, *(m for _, m in middle)],
         indices=[*stripped.summary_indices[: len(summaries_as_messages)], *(i for i, _ in middle)],
     )
+    # What stays beside the summary states some facts still (the score counts them).
+    summarised = {id(m) for _, m in middle}
+    staying = [m for m in plan.partition.messages if id(m) not in summarised]
+    kept = "\n".join(
+        text for m in [*staying, *(m for _, m in plan.users)] if (text := render_message(m))
+    )
     items = [render_message(m) for m in summaries_as_messages]
     items += request_worked_on(messages, middle, tokenizer)
     items += [text for _, m in middle if (text := render_message(m))]
@@ -102,11 +110,11 @@ async def write_summary(
     except Exception as exc:  # any failure of the summariser: fall back to the marker
         outcome, error = "fallback", f"{type(exc).__name__}: {exc}"
         body = MARKER.format(count=represented)
-        reconciled = reconcile("", ledger)
+        reconciled = reconcile("", ledger, kept)
         text = f"{body}\n\n{reconciled.text}" if ledger.items else body
     else:
         chunks, rounds = result.chunks, result.rounds
-        reconciled = reconcile(render_draft(result.draft), ledger)
+        reconciled = reconcile(render_draft(result.draft), ledger, kept)
         prefix = (
             COMPACT_PREFIX if form == "two_message" else SUMMARY_PREFIX.format(count=represented)
         )

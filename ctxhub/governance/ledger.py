@@ -103,6 +103,23 @@ class Reconciled(BaseModel):
     text: str
     kept_by_summarizer: list[LedgerItem]
     added_by_ledger: list[LedgerItem]
+    """Items the summary left out, appended to it."""
+    kept_in_messages: list[LedgerItem] = []
+    """Of those, the ones the messages kept beside the summary still state (appended all the
+    same: the window may drop those messages later)."""
+
+    @property
+    def missing(self) -> list[LedgerItem]:
+        """Items the compacted history would have lost but for the ledger."""
+        kept = {item.text for item in self.kept_in_messages}
+        return [item for item in self.added_by_ledger if item.text not in kept]
+
+    @property
+    def score(self) -> float:
+        """The share of the ledger the compacted history held before the ledger's items were
+        appended: in the summary or in the messages kept beside it (1.0 for an empty one)."""
+        total = len(self.kept_by_summarizer) + len(self.added_by_ledger)
+        return 1.0 if total == 0 else 1 - len(self.missing) / total
 
 
 class _Collector:
@@ -284,11 +301,17 @@ def facts_section(items: Sequence[LedgerItem]) -> str:
     return "\n".join(lines)
 
 
-def reconcile(summary: str, ledger: Ledger) -> Reconciled:
-    """Append every ledger item the summary does not contain; say which it kept by itself."""
-    kept = [item for item in ledger.items if contains(summary, item)]
+def reconcile(summary: str, ledger: Ledger, kept: str = "") -> Reconciled:
+    """Append every ledger item the summary does not contain; say which it kept by itself,
+    and which of the others ``kept`` (the text of the messages kept beside it) states."""
+    by_summary = [item for item in ledger.items if contains(summary, item)]
     missing = [item for item in ledger.items if not contains(summary, item)]
     text = summary.rstrip()
     if missing:
         text = f"{text}\n\n{facts_section(missing)}"
-    return Reconciled(text=text, kept_by_summarizer=kept, added_by_ledger=missing)
+    return Reconciled(
+        text=text,
+        kept_by_summarizer=by_summary,
+        added_by_ledger=missing,
+        kept_in_messages=[item for item in missing if kept and contains(kept, item)],
+    )

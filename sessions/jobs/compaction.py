@@ -421,6 +421,12 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
             "window": session_window(session),
             "tokens_before": report.tokens_before,
             "tokens_after": report.tokens_after,
+            # How well the compacted history held the summarised facts before the ledger's
+            # missing ones were appended (see ``ctxhub.governance.ledger.reconcile``).
+            "facts": len(report.ledger),
+            "facts_in_summary": len(report.kept_by_summarizer),
+            "fact_score": report.fact_score,
+            "missing_facts": report.missing_facts,
         }
         job.save(update_fields=["result"])
         _finish(job, JobStatus.DONE, outcome=report.outcome, error=report.error or "")

@@ -17,6 +17,14 @@ _CENT = Decimal("0.01")
 
 
 @register.filter
+def percent(fraction: float) -> str:
+    """A fraction as a whole percentage: ``0.853`` as ``85 %`` (never 100 % short of all)."""
+    value = float(fraction)
+    whole = int(value * 100) if value < 1 else 100
+    return f"{whole} %"
+
+
+@register.filter
 def share(tokens: int, window: int) -> str:
     """``tokens`` as a share of ``window`` (``sessions.figures``)."""
     return figures.share(tokens, window)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from engine_builders import MODEL
 from pydantic_ai.messages import (
     ModelMessage,
@@ -143,3 +144,32 @@ async def test_typed_facts_and_acted_on_paths_survive_a_forgetful_summary() -> N
         assert _stated(fact, whole), fact
         assert _stated(fact, summary), fact
     assert report.ledger_omitted == 0
+
+
+async def test_a_compaction_scores_the_facts_its_history_held_before_the_ledger() -> None:
+    def forget_most(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        draft = SummaryDraft(
+            goal="Prepare the release on db-west-3.",  # one fact it keeps by itself
+            current_state="The files were read.",
+        )
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, draft.model_dump())])
+
+    history = _history()
+    # A message kept beside the summary states one of the forgotten facts again.
+    history[-1] = reply("Tidied; OPS-1234 can be closed.")
+    compacted = await compact(
+        history,
+        summarizer=FunctionModel(forget_most, model_name="function:forgetful"),
+        model=MODEL,
+        keep=Threshold(kind="messages", value=4),
+        user_messages_tokens=0,
+    )
+    report = compacted.report
+    assert report.outcome == "summarized", report.error
+    ledger = [item.text for item in report.ledger]
+    assert "db-west-3" in report.kept_by_summarizer
+    assert "OPS-1234" in report.added_by_ledger  # appended all the same ...
+    assert "OPS-1234" not in report.missing_facts  # ... but the kept messages held it
+    assert set(report.missing_facts) == set(report.added_by_ledger) - {"OPS-1234"}
+    assert report.fact_score == pytest.approx(1 - len(report.missing_facts) / len(ledger))
+    assert 0 < report.fact_score < 1

@@ -60,3 +60,22 @@ def test_a_compaction_of_a_session_the_window_keeps_small_says_it_is_no_smaller(
     assert not preview.refused
     assert not preview.shrinks
     assert preview.sent_after_max >= preview.sent_now == services.governed_context(session).tokens
+
+
+def test_a_compaction_record_shows_how_well_it_held_the_facts(client: Any, alice: Any) -> None:
+    session = agentic_session(alice, turns=0)
+    for n in range(40):
+        services.append_messages(session, turn(n))
+        services.send_context(session)
+    job = services.request_compaction(session).job
+    job.refresh_from_db()
+    result = job.result
+    assert result["facts"] > 0
+    assert 0 <= result["fact_score"] <= 1
+    # The offline summariser's draft leaves facts out: the ones nothing kept are listed.
+    assert result["missing_facts"]
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    record = Compaction.objects.get(job=job)
+    assert f'data-testid="fact-score-{record.pk}"' in page
+    assert result["missing_facts"][0] in page

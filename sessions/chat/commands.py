@@ -23,7 +23,10 @@ from sessions.xray import xray
 
 HELP = {
     "/compact [focus]": "summarise the history now (the focus says what the summary keeps)",
-    "/clear": "the model sees nothing stored so far (the log keeps it; undo under Records)",
+    "/clear": (
+        "drop the conversation so far: the system prompt, instructions and pinned messages "
+        "stay (the log keeps everything; undo under Records)"
+    ),
     "/history": "the effective history's figures",
     "/context": "what the next request carries, by category",
     "/pin [#seq]": "keep a message verbatim (default: your latest message)",
@@ -78,10 +81,10 @@ def _compact(session: AgentSession, actor: Any, focus: str) -> Note:
 
 def _clear(session: AgentSession, actor: Any, argument: str) -> Note:
     _no_turn_running(session, "clearing")
-    record = services.clear(session, actor=actor)
+    cleared = services.clear(session, actor=actor)
     return Note(
         "clear",
-        f"Cleared: the model sees nothing before message #{record.from_seq}. "
+        f"Cleared before message #{cleared.record.from_seq}: {cleared.summary()}. "
         "The log keeps everything; undo it under Records.",
     )
 

@@ -1,23 +1,32 @@
 """The effective history built from the log, its records and the messages' stored facts; a
-process carries it over from one request to the next (``sessions.history`` says how)."""
+process carries it over from one request to the next (``sessions.history`` says how).
+
+After a clear the history holds, in order: the message the clear keeps (the system prompt and
+instructions of the log before it, see ``kept_message``), the pinned messages from before it
+that can be sent as they are (``standing``), and the log from the clear on, with its
+compactions.
+"""
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Subquery, Sum, TextField
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 
 from ctxhub.governance import Governor, Policy
-from ctxhub.governance.facts import MessageFacts, message_facts
+from ctxhub.governance.counting import MARK
+from ctxhub.governance.facts import FACTS_VERSION, MessageFacts, message_facts
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions.history.lazy import LazyMessages, Source
 from sessions.history.memory import Remembered
-from sessions.models import AgentSession, Clear, Compaction, Message, Pin
+from sessions.models import AgentSession, Clear, Compaction, Message, MessageKind, Pin
 from sessions.payloads import message_from_payload
 
 GOVERNORS_KEPT = 4
@@ -35,6 +44,8 @@ class RecordState:
     """Applied compactions, in log order (non-overlapping)."""
     pins: tuple[int, ...]
     """Seqs of the active pins, ascending (a pin is a record: it moves the revision too)."""
+    kept_pins: tuple[int, ...] = ()
+    """Seqs of the pinned messages before the active clear that stay (``standing``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,25 @@ class AppliedCompaction:
     first_seq: int
     last_seq: int
     replacement: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """The message a clear keeps, at ``position`` of the effective history."""
+
+    clear: int
+    position: int
+    system_parts: int
+    """How many system prompt parts it carries."""
+    system_tokens: int
+    instructions: bool
+    """Whether it carries instructions (the latest request's before the clear)."""
+    instructions_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        """What it adds to the request: its system prompt parts and instructions."""
+        return self.system_tokens + self.instructions_tokens
 
 
 @dataclass
@@ -66,6 +96,8 @@ class EffectiveHistory:
     """The Governors of this history, by policy and model (shared as the history grows, so
     each call pays only for the new messages; a history rebuilt after a record changed starts
     with none)."""
+    kept: Kept | None = None
+    """The message the active clear keeps, if it keeps any."""
 
     _positions: dict[int, int] | None = field(default=None, repr=False)
 
@@ -94,9 +126,15 @@ class EffectiveHistory:
         return governor
 
     def positions(self, seqs: Sequence[int]) -> frozenset[int]:
-        """Positions of those of ``seqs`` the effective history shows."""
+        """Positions of those of ``seqs`` the effective history shows (the pins), and that of
+        the message a clear kept: it is held as a pin is, so the system prompt and instructions
+        a clear keeps survive verbatim (a compaction never summarises them, a window never
+        drops them)."""
         found = (self.position_of(s) for s in seqs)
-        return frozenset(p for p in found if p is not None)
+        pinned = {p for p in found if p is not None}
+        if self.kept is not None:
+            pinned.add(self.kept.position)
+        return frozenset(pinned)
 
 
 def record_state(session: AgentSession, revision: int | None = None) -> RecordState:
@@ -124,7 +162,38 @@ def record_state(session: AgentSession, revision: int | None = None) -> RecordSt
         applied.append(AppliedCompaction(pk, first, last, tuple(replacement)))
     applied.sort(key=lambda a: a.first_seq)
     pins = tuple(pinned_seqs(session))
-    return RecordState(revision, from_seq, clear[0] if clear else None, tuple(applied), pins)
+    before = [seq for seq in pins if seq < from_seq]
+    kept_pins = standing(session, before) if before else ()
+    return RecordState(
+        revision, from_seq, clear[0] if clear else None, tuple(applied), pins, kept_pins
+    )
+
+
+def standing(session: AgentSession, seqs: Sequence[int]) -> tuple[int, ...]:
+    """Those of the pinned ``seqs`` before a clear that stay after it: every one that can be
+    sent as it is without what the clear hides. A tool call is sent with its results, so a
+    pinned response with tool calls stays only with the request holding exactly their results
+    pinned right after it, and that request only with it; a message with neither stays."""
+    tool_ids: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+    rows = (
+        Message.objects.filter(session=session, seq__in=seqs).order_by().values_list("seq", "facts")
+    )
+    for seq, data in rows:
+        try:
+            facts = MessageFacts.from_json(data)
+        except ValueError:  # stored without facts, or another version's: read the message
+            row = Message.objects.only("payload").get(session=session, seq=seq)
+            facts = message_facts(row.message, tokenizer_for(session.model))
+        tool_ids[seq] = frozenset(facts.call_ids), frozenset(facts.result_ids)
+    kept: list[int] = []
+    for seq in seqs:
+        calls, results = tool_ids[seq]
+        if calls and tool_ids.get(seq + 1, (None, None))[1] != calls:
+            continue
+        if results and tool_ids.get(seq - 1, (None, None))[0] != results:
+            continue
+        kept.append(seq)
+    return tuple(kept)
 
 
 def _facts(data: Any, encoding: str, wanted: str) -> MessageFacts | None:
@@ -156,9 +225,14 @@ def _refresh_facts(
 
 
 def _visible(session_id: Any, state: RecordState, after_seq: int) -> QuerySet[Message]:
-    """The log messages after ``after_seq`` the records leave visible."""
+    """The log messages after ``after_seq`` the records leave visible: from the active clear
+    on, and the pinned ones before it."""
     first = max(after_seq + 1, state.from_seq)
-    rows = Message.objects.filter(session_id=session_id, seq__gte=first)
+    shown = Q(seq__gte=first)
+    pinned = [seq for seq in state.kept_pins if seq > after_seq]
+    if pinned:
+        shown |= Q(seq__in=pinned)
+    rows = Message.objects.filter(shown, session_id=session_id)
     hidden = Q()
     kept: list[int] = []
     for compaction in state.compactions:
@@ -211,6 +285,183 @@ def _compaction_items(
         yield Source(None, compaction.id), facts, payload
 
 
+# --- what a clear keeps ----------------------------------------------------------------------
+
+SYSTEM_PROMPT = "system-prompt"
+
+# Rows whose stored facts cannot say what they hold (none stored, or another version's): their
+# payloads are read instead.
+_UNTRUSTED = Q(facts__isnull=True) | ~Q(facts__v=FACTS_VERSION)
+
+
+def _prompt(part: dict[str, Any]) -> tuple[str, str] | None:
+    """Which prompt a system prompt part states, when it can be stated again with another
+    value: the ``<pyai:context>`` element it is sent as, else its dynamic prompt's ref."""
+    if part.get("context_id"):
+        return ("context", str(part["context_id"]))
+    if part.get("dynamic_ref"):
+        return ("dynamic", str(part["dynamic_ref"]))
+    return None
+
+
+def _lasting(parts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The system prompt parts among ``parts`` the model sees for the rest of the conversation
+    (a request-scoped one is seen only in its own request)."""
+    return [
+        p
+        for p in parts
+        if p.get("part_kind") == SYSTEM_PROMPT and p.get("scope", "conversation") != "request"
+    ]
+
+
+def kept_parts(
+    before: Iterable[dict[str, Any]], elsewhere: Iterable[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The system prompt parts a clear keeps, as stored (JSON), in log order.
+
+    ``before``: the parts of the log before the clear, in order. Of those, a request-scoped
+    part is not kept (the model saw it only in its own request); a prompt stated several times
+    (one ``context_id``, or one ``dynamic_ref``) is kept once, with its latest value, where it
+    was first stated, and not at all if that value is empty (it was withdrawn); a text stated
+    several times is kept once, where it first was. ``elsewhere``: the parts the effective
+    history carries in other messages (a pinned one, or one stored after the clear: an agent
+    that sends its system prompt again): what they state is not kept twice.
+    """
+    kept: list[dict[str, Any]] = []
+    at: dict[tuple[str, str], int] = {}
+    for part in _lasting(before):
+        key = _prompt(part) or ("text", str(part.get("content", "")))
+        if key in at:
+            if key[0] != "text":
+                kept[at[key]] = part
+            continue
+        at[key] = len(kept)
+        kept.append(part)
+    later = _lasting(elsewhere)
+    stated = {_prompt(p) for p in later} - {None}
+    texts = {str(p.get("content", "")) for p in later}
+    out: list[dict[str, Any]] = []
+    for part in kept:
+        text = str(part.get("content", ""))
+        if text and text not in texts and _prompt(part) not in stated:
+            texts.add(text)
+            out.append(part)
+    return out
+
+
+def _parts_of(rows: QuerySet[Message]) -> list[dict[str, Any]]:
+    """The parts (JSON) of the requests among ``rows`` that hold system prompt parts, in log
+    order: only those rows are read, and of each only its parts."""
+    found = (
+        rows.filter(Q(facts__system_tokens__gt=0) | _UNTRUSTED, kind=MessageKind.REQUEST)
+        .order_by("seq")
+        .values_list(KeyTransform("parts", "payload"), flat=True)
+    )
+    return [part for parts in found if isinstance(parts, list) for part in parts]
+
+
+def _latest_instructions(rows: QuerySet[Message]) -> str | None:
+    """The instructions of the latest request among ``rows`` that carried some. Found from the
+    stored facts: only that request's instructions are read from its payload (and those of any
+    newer request whose facts cannot say)."""
+    requests = rows.filter(kind=MessageKind.REQUEST)
+    said = (
+        requests.filter(facts__instructions=True)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    unsure = requests.filter(_UNTRUSTED)
+    if said is not None:
+        unsure = unsure.filter(seq__gt=said)
+    seqs = list(unsure.order_by("-seq").values_list("seq", flat=True))
+    if said is not None:
+        seqs.append(said)
+    if not seqs:
+        return None
+    text = KeyTextTransform("instructions", "payload")
+    found = dict(requests.filter(seq__in=seqs).order_by().values_list("seq", text))
+    return next((found[seq] for seq in seqs if found.get(seq) is not None), None)
+
+
+def _written(state: RecordState) -> Iterator[dict[str, Any]]:
+    """The payloads of the messages the applied compactions wrote."""
+    for compaction in state.compactions:
+        for item in compaction.replacement:
+            if "message" in item:
+                yield item["message"]
+
+
+def kept_message(
+    session_id: Any, state: RecordState, tokenizer: Tokenizer, *, upto_seq: int | None = None
+) -> tuple[dict[str, Any], MessageFacts, Kept] | None:
+    """The message the active clear keeps (its payload, facts and figures), if it keeps any.
+
+    It is a request carrying the system prompt parts of the log before the clear (see
+    ``kept_parts``) and the instructions of the latest request before it that carried some,
+    less what the effective history carries anyway: a part stated again by a pinned message or
+    one stored after the clear, and instructions once a later message carries its own (the
+    latest request's instructions are what a model is sent). None when nothing is left to
+    keep, or no clear is active. The messages after ``upto_seq`` are not looked at.
+
+    Planned from the stored facts: only the few requests that hold system prompt parts are
+    read, and of each only its parts; of the requests with instructions, only the latest's.
+    """
+    if state.clear_id is None:
+        return None
+    before = Message.objects.filter(session_id=session_id, seq__lt=state.from_seq)
+    shown = _visible(session_id, state, -1)
+    if upto_seq is not None:
+        shown = shown.filter(seq__lte=upto_seq)
+    written = list(_written(state))
+    elsewhere = _parts_of(shown) + [p for m in written for p in m.get("parts", [])]
+    parts = kept_parts(_parts_of(before), elsewhere)
+    instructions = _latest_instructions(before)
+    if instructions is not None and (
+        _latest_instructions(shown) is not None
+        or any(m.get("instructions") is not None for m in written)
+    ):
+        instructions = None
+    if not parts and instructions is None:
+        return None
+    payload: dict[str, Any] = {
+        "kind": "request",
+        "parts": parts,
+        "instructions": instructions,
+        "metadata": {MARK: {"clear": state.clear_id}},
+    }
+    facts = message_facts(message_from_payload(payload), tokenizer)
+    kept = Kept(
+        clear=state.clear_id,
+        position=0,
+        system_parts=len(parts),
+        system_tokens=facts.system_tokens,
+        instructions=instructions is not None,
+        instructions_tokens=tokenizer.count(instructions) if instructions else 0,
+    )
+    return payload, facts, kept
+
+
+def _unsettles(
+    known: EffectiveHistory, rows: list[tuple[int, MessageFacts]], payloads: dict[int, str]
+) -> bool:
+    """Whether messages appended to ``known`` (``rows``, their raw ``payloads``) state again
+    what its clear kept (a system prompt part, or instructions of their own): the history is
+    then built afresh, without the kept copy."""
+    kept = known.kept
+    if kept is None:
+        return False
+    held = known.inline[kept.position]["parts"]
+    for seq, facts in rows:
+        if kept.instructions and facts.instructions:
+            return True
+        if kept.system_parts and facts.system_tokens:
+            parts = json.loads(payloads[seq]).get("parts", [])
+            if kept_parts(held, parts) != held:
+                return True
+    return False
+
+
 def _build(
     session_id: Any,
     encoding: str,
@@ -219,14 +470,23 @@ def _build(
     tokenizer: Tokenizer,
     base: EffectiveHistory | None,
     payloads: dict[int, str] | None = None,
+    *,
+    upto_seq: int | None = None,
 ) -> EffectiveHistory:
     """The effective history from log rows (after ``base``, when extending it, with the new
-    rows' ``payloads`` if they were read)."""
+    rows' ``payloads`` if they were read; up to ``upto_seq``, when the rows stop there)."""
+    kept: Kept | None = None
     if base is not None:
         sources, facts, inline = list(base.sources), list(base.facts), dict(base.inline)
-        tokens, last_seq = base.tokens, base.last_seq
+        tokens, last_seq, kept = base.tokens, base.last_seq, base.kept
     else:
         sources, facts, inline, tokens, last_seq = [], [], {}, 0, -1
+        found = kept_message(session_id, state, tokenizer, upto_seq=upto_seq)
+        if found is not None:
+            kept_payload, fact, kept = found
+            inline[0] = kept_payload
+            sources.append(Source(None, clear=state.clear_id))
+            facts.append(fact)
     log = dict(rows)
     seqs = [seq for seq, _ in rows]
     # Log messages and compaction replacements, merged in seq order. A history extended by
@@ -251,6 +511,10 @@ def _build(
     tokens += sum(f.tokens for f in new)
     if seqs:
         last_seq = max(last_seq, seqs[-1])
+    if base is None and state.clear_id is not None:
+        # The log reaches the clear even when nothing after it shows yet: a history extended
+        # later must not read the messages before it again.
+        last_seq = max(last_seq, state.from_seq - 1)
     messages = (
         base.messages.extended(sources, inline, payloads or {})
         if base is not None
@@ -268,6 +532,7 @@ def _build(
         tokens,
         base.evicted_refs if base is not None else set(),
         base.governors if base is not None else {},
+        kept,
     )
 
 
@@ -295,7 +560,7 @@ def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> 
     if upto_seq is not None:
         state = record_state(session, revision)
         rows = [r for r in _log_rows(session.pk, state, -1, tokenizer) if r[0] <= upto_seq]
-        return _build(session.pk, encoding, state, rows, tokenizer, None)
+        return _build(session.pk, encoding, state, rows, tokenizer, None, upto_seq=upto_seq)
     key = session.pk
     known = REMEMBERED.get(key)
     if (
@@ -308,7 +573,11 @@ def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> 
             return known
         payloads: dict[int, str] = {}
         rows = _log_rows(session.pk, known.state, known.last_seq, tokenizer, payloads=payloads)
-        history = _build(session.pk, encoding, known.state, rows, tokenizer, known, payloads)
+        if _unsettles(known, rows, payloads):
+            rows = _log_rows(session.pk, known.state, -1, tokenizer)
+            history = _build(session.pk, encoding, known.state, rows, tokenizer, None)
+        else:
+            history = _build(session.pk, encoding, known.state, rows, tokenizer, known, payloads)
     else:
         state = record_state(session, revision)
         rows = _log_rows(session.pk, state, -1, tokenizer)
@@ -334,7 +603,8 @@ def effective_tokens(session: AgentSession) -> int:
         for item in compaction.replacement
         if "message" in item
     )
-    return int(stored) + written
+    kept = kept_message(session.pk, state, tokenizer_for(session.model))
+    return int(stored) + written + (kept[1].tokens if kept is not None else 0)
 
 
 def is_remembered(session: AgentSession) -> bool:

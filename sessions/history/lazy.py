@@ -44,9 +44,13 @@ class Source:
     """Where a position of the effective history comes from."""
 
     seq: int | None
-    """The log seq of a log message; None for a message a compaction wrote."""
+    """The log seq of a log message; None for a message a record wrote (a compaction's, or
+    what a clear keeps)."""
     compaction: int | None = None
     """The compaction whose replacement holds this position, if any."""
+    clear: int | None = None
+    """The clear whose kept message this position is: the system prompt and instructions of
+    the history before it (see ``sessions.history.effective``)."""
 
 
 class LazyMessages(Sequence[ModelMessage]):

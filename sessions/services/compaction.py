@@ -170,6 +170,9 @@ def _covered(history: EffectiveHistory, positions: Sequence[int]) -> tuple[int, 
         source = history.sources[position]
         if source.compaction is not None:
             return spans[source.compaction]
+        if source.clear is not None:
+            # What a clear keeps stands first, pinned, before any range of the log.
+            return -1, -1
         assert source.seq is not None
         return source.seq, source.seq
 

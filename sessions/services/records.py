@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -18,8 +19,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from ctxhub.governance import Policy
+from ctxhub.governance.tokens import tokenizer_for
 from sessions import events
-from sessions.history import effective_history
+from sessions.history import effective_history, kept_message, record_state
 from sessions.models import AgentSession, AuditEvent, Clear, Compaction, Message, Pin, Undoable
 from sessions.services.errors import Conflict, Invalid, NotFound
 from sessions.services.governed import governed_context
@@ -109,8 +111,55 @@ def _change(session: AgentSession, actor: Any, verb: str) -> Iterator[_Change]:
     measure_after(session, event)
 
 
-def clear(session: AgentSession, *, actor: Any = None) -> Clear:
-    """``/clear``: the effective history starts after the newest message stored now."""
+@dataclass(frozen=True)
+class Cleared:
+    """A clear just made, and what the model still sees of the history before it."""
+
+    record: Clear
+    system_prompt: bool
+    """Whether it kept system prompt parts."""
+    instructions: bool
+    """Whether it kept instructions."""
+    kept_tokens: int
+    """Tokens of the system prompt parts and instructions it kept."""
+    pinned: int
+    """Pinned messages from before it, which stay."""
+    dropped: int
+    """Messages the model saw before it and no longer sees."""
+
+    def summary(self) -> str:
+        """What stays and what goes, in a line (the chat and the API answer with it)."""
+        said = [
+            name
+            for name, held in (
+                ("system prompt", self.system_prompt),
+                ("instructions", self.instructions),
+            )
+            if held
+        ]
+        if said:
+            kept = f"kept the {' and '.join(said)} ({self.kept_tokens:,} tokens)"
+        else:
+            kept = "kept no system prompt or instructions (there were none to keep)"
+        if self.pinned:
+            kept += f" and {_count(self.pinned, 'pinned message')}"
+        return f"{kept}; dropped {_count(self.dropped, 'message')}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def clear(session: AgentSession, *, actor: Any = None) -> Cleared:
+    """``/clear``: the model no longer sees the conversation stored so far (the log keeps it).
+
+    What stays (``sessions.history.effective``): the system prompt parts of the history before
+    the clear and the latest instructions, in one message the clear keeps at the start of the
+    effective history; and the pinned messages, after it in log order, since a pin means "keep
+    this verbatim" (a pinned tool call or result only with its other half pinned too: alone it
+    could not be sent as it is). Everything else goes: the user's and the model's messages,
+    tool calls and results, summaries. Undoing the clear gives the earlier view back exactly.
+    """
     with _change(session, actor, "clear") as change:
         last = Message.objects.filter(session=session).order_by("-seq").values("seq").first()
         from_seq = 0 if last is None else last["seq"] + 1
@@ -119,11 +168,33 @@ def clear(session: AgentSession, *, actor: Any = None) -> Clear:
             .order_by("-created_at", "-id")
             .first()
         )
-        if from_seq == 0 or (current is not None and current.from_seq == from_seq):
-            raise Conflict("nothing to clear: the effective history is already empty")
+        if from_seq == 0:
+            raise Conflict("nothing to clear: the log is empty")
+        if current is not None and current.from_seq == from_seq:
+            raise Conflict("nothing to clear: nothing was stored since the last clear")
+        before = effective_history(session)
         record = Clear.objects.create(session=session, from_seq=from_seq, actor=_actor(actor))
-        change.data.update(clear=record.pk, from_seq=from_seq)
-    return record
+        # Read in this transaction, where the new clear is visible: the history this process
+        # remembers is still the one before it.
+        state = record_state(session)
+        kept = kept_message(session.pk, state, tokenizer_for(session.model))
+        stays = sum(1 for seq in state.kept_pins if before.position_of(seq) is not None)
+        result = Cleared(
+            record=record,
+            system_prompt=kept is not None and kept[2].system_parts > 0,
+            instructions=kept is not None and kept[2].instructions,
+            kept_tokens=kept[2].tokens if kept is not None else 0,
+            pinned=len(state.kept_pins),
+            dropped=len(before) - stays - (before.kept is not None),
+        )
+        change.data.update(
+            clear=record.pk,
+            from_seq=from_seq,
+            kept_tokens=result.kept_tokens,
+            pinned=result.pinned,
+            dropped=result.dropped,
+        )
+    return result
 
 
 def pin(session: AgentSession, seq: int, *, actor: Any = None) -> Pin:

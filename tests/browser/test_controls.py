@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from sessions.models import Clear, Compaction
 from tests.browser.test_dashboard import server_side, wait_for
 from tests.conftest import ARTIFACTS
 from tests.factories import make_session
-from tests.messages import agent_turns
+from tests.messages import agent_turns, user
 from tests.processes import celery_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -137,6 +138,33 @@ def test_clear_needs_the_typed_confirmation_and_can_be_undone(
     page.get_by_test_id(f"undo-clear-{record.pk}").click()
     expect(clear).to_have_attribute("data-state", "undone")
     expect(page.locator("#fate-119")).to_have_attribute("data-state", "sent")
+
+
+def test_clear_keeps_the_system_prompt_and_instructions_in_the_meter(
+    page: Page, live_url: str, alice: Any
+) -> None:
+    session = make_session(alice, title="Agent with a system prompt")
+    first = user("Refactor OPS-77", system="You are a careful engineer. " * 20)
+    history = [replace(first, instructions="Answer in English."), *agent_turns(3, 2, "x\n" * 50)]
+    services.append_messages(session, history, auto_compact=False)
+    system = services.governed_context(session).report.system_tokens
+    log_in(page, live_url, session.get_absolute_url())
+    row = page.locator('[data-category="system"] [data-tokens]')
+    expect(row).to_have_attribute("data-tokens", str(system))
+
+    page.get_by_text("/clear", exact=True).click()
+    expect(page.get_by_test_id("clear-control")).to_contain_text("keeps the system prompt")
+    page.get_by_test_id("clear-confirm").fill("clear")
+    page.get_by_test_id("clear-submit").click()
+    expect(page.get_by_test_id("clear")).to_have_attribute("data-state", "active")
+
+    # The conversation is gone; the system prompt and instructions are still sent.
+    expect(page.locator('[data-category="tail"] [data-tokens]')).to_have_attribute(
+        "data-tokens", "0"
+    )
+    expect(row).to_have_attribute("data-tokens", str(system))
+    assert system > 0
+    shot(page, "clear-kept-system")
 
 
 def test_a_re_render_answered_after_a_change_is_followed_by_the_change(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from sessions.models import AuditEvent, Clear, Compaction, Pin
 from sessions.services import Conflict, Invalid, NotFound
 from sessions.xray import xray
 from tests.factories import make_session
-from tests.messages import agent_turns
+from tests.messages import agent_turns, reply, user
 
 pytestmark = pytest.mark.django_db
 
@@ -52,10 +53,33 @@ def test_clear_then_clear_again(session: Any, alice: Any) -> None:
     note = commands.run(session, alice, "/clear")
     last = session.messages.order_by("-seq").first().seq
     assert f"#{last + 1}" in note.text
+    # This history has no system prompt or instructions: nothing is kept.
+    assert "kept no system prompt or instructions" in note.text
+    assert f"dropped {last + 1} messages" in note.text
     assert Clear.objects.get(session=session).from_seq == last + 1
     assert services.governed_context(session).messages == []
     with pytest.raises(Conflict, match="nothing to clear"):
         commands.run(session, alice, "/clear")
+
+
+def test_clear_says_it_kept_the_system_prompt_and_instructions(alice: Any) -> None:
+    session = make_session(alice, title="Agent")
+    first = user("Deploy OPS-9", system="You deploy services carefully.")
+    services.append_messages(
+        session,
+        [replace(first, instructions="Answer in English."), reply("Deployed.")],
+        auto_compact=False,
+    )
+
+    note = commands.run(session, alice, "/clear")
+
+    report = services.governed_context(session).report
+    assert report.system_tokens > 0
+    assert note.text == (
+        "Cleared before message #2: kept the system prompt and instructions "
+        f"({report.system_tokens:,} tokens); dropped 2 messages. The log keeps everything; "
+        "undo it under Records."
+    )
 
 
 def test_history_and_context_give_the_dashboards_numbers(session: Any, alice: Any) -> None:

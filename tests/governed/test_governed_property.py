@@ -5,6 +5,7 @@ a cold ``govern`` of the effective history built naively from the database."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -45,6 +46,12 @@ operation = st.one_of(
     st.just(("compact",)),
     st.just(("compact",)),
     st.tuples(st.just("chat"), st.text(min_size=1, max_size=40)),
+    # An agent's new run: its system prompt sent again (or another, or none), its instructions.
+    st.tuples(
+        st.just("run"),
+        st.sampled_from([None, "You are a careful engineer.", "You review code."]),
+        st.sampled_from([None, "Answer in English.", "Answer briefly."]),
+    ),
     st.just(("clear",)),
     st.just(("undo_clear",)),
     st.tuples(st.just("pin"), st.integers(0, 400)),
@@ -70,6 +77,10 @@ def apply(session: Any, op: tuple[Any, ...], counter: list[int]) -> None:
                 services.append_messages(session, [user(op[1]), reply("Noted.")])
             return
         services.append_messages(session, [user(op[1]), reply("Noted.")])
+    elif name == "run":
+        _, system, instructions = op
+        first = replace(user("Go on.", system=system), instructions=instructions)
+        services.append_messages(session, [first, reply("On it.")])
     elif name == "clear":
         with contextlib.suppress(services.Conflict):
             services.clear(session)

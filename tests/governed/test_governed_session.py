@@ -111,8 +111,10 @@ def test_undo_restores_the_effective_history_exactly(alice: Any) -> None:
     services.undo_compaction(session, first.pk)
     assert effective_dump(session)[: len(original)] == original
 
-    cleared = services.clear(session)
-    assert effective_dump(session) == []
+    cleared = services.clear(session).record
+    # Only what the clear keeps: the system prompt of the first turn.
+    kept = naive_history(session)[0]
+    assert [type(p).__name__ for m in kept for p in m.parts] == ["SystemPromptPart"]
     assert_matches_cold_govern(session)
     services.undo_clear(session, cleared.pk)
     assert effective_dump(session)[: len(original)] == original
@@ -156,7 +158,7 @@ def test_clear_hides_everything_before_it_and_pins_need_a_visible_message(alice:
     with pytest.raises(services.NotFound):
         services.unpin(session, 2)
     services.append_messages(session, turn(7))
-    assert [s for s in naive_history(session)[1]] == [12, 13, 14, 15]
+    assert [s for s in naive_history(session)[1]] == [None, 12, 13, 14, 15]
     assert_matches_cold_govern(session)
 
 
@@ -168,7 +170,7 @@ def test_records_are_append_only(alice: Any) -> None:
         record.save()
     with pytest.raises(AppendOnlyError):
         record.delete()
-    cleared = services.clear(session)
+    cleared = services.clear(session).record
     with pytest.raises(AppendOnlyError):
         Clear.objects.get(pk=cleared.pk).delete()
     services.undo_clear(session, cleared.pk)

@@ -79,7 +79,7 @@ def test_no_change_governs_under_the_session_lock(alice: Any, probed: list[bool]
     job = services.request_compaction(session).job
     job.refresh_from_db()
     assert job.status == "done", job.error
-    cleared = services.clear(session)
+    cleared = services.clear(session).record
     services.undo_clear(session, cleared.pk)
 
     assert len(probed) == 12  # six changes, each governed before and after

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import regex
 from django.http import HttpRequest
-from ninja import Router, Status
+from ninja import Field, Router, Status
 from ninja.params import P, QueryEx
 
 from sessions import services
@@ -101,14 +101,35 @@ def undo_compaction(request: HttpRequest, compaction_id: RecordId) -> dict[str, 
     return {"id": compaction_id, "kind": "compaction", "undone": True}
 
 
+class ClearOut(RecordOut):
+    from_seq: int = Field(description="Messages from this seq on are not cleared.")
+    kept_tokens: int = Field(description="Tokens of the system prompt and instructions kept.")
+    pinned: int = Field(description="Pinned messages from before the clear, which stay.")
+    dropped: int = Field(description="Messages the model saw before and no longer sees.")
+    message: str = Field(description="What stays and what goes, in words.")
+
+
 @router.post(
-    "/sessions/{session_id}/clear", response={201: RecordOut, **ERRORS}, tags=["compactions"]
+    "/sessions/{session_id}/clear", response={201: ClearOut, **ERRORS}, tags=["compactions"]
 )
 def clear(request: HttpRequest, session_id: UUID) -> Status[dict[str, Any]]:
-    """The model sees nothing stored so far (the log keeps it; undo with /clears/{id}/undo)."""
+    """Drop the conversation stored so far: the system prompt, the latest instructions and the
+    pinned messages stay (the log keeps everything; undo with /clears/{id}/undo)."""
     session = owned_session(request, session_id, "govern")
-    record = services.clear(session, actor=api_key(request).owner)
-    return Status(201, {"id": record.pk, "kind": "clear", "undone": False})
+    cleared = services.clear(session, actor=api_key(request).owner)
+    return Status(
+        201,
+        {
+            "id": cleared.record.pk,
+            "kind": "clear",
+            "undone": False,
+            "from_seq": cleared.record.from_seq,
+            "kept_tokens": cleared.kept_tokens,
+            "pinned": cleared.pinned,
+            "dropped": cleared.dropped,
+            "message": cleared.summary(),
+        },
+    )
 
 
 @router.post("/clears/{clear_id}/undo", response={200: RecordOut, **ERRORS}, tags=["compactions"])

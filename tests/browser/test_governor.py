@@ -1,0 +1,125 @@
+"""What the session's Governor sends, in Chromium on the full stack: a compaction states the next
+request now and after (and flags one that would be refused), the trajectory plots what each
+request sent carried with the Governor's marks, and a point opens its request as it was sent."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from sessions import services
+from sessions.models import Compaction, SentRequest
+from tests.browser.test_controls import figure, log_in, shot
+from tests.conftest import ARTIFACTS
+from tests.factories import make_session
+from tests.governed.builders import SMALL_POLICY, turn
+from tests.processes import celery_worker
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def worker(live_url: str) -> Iterator[None]:
+    with celery_worker(ARTIFACTS / "logs" / "browser-governor-worker.log"):
+        yield
+
+
+@pytest.fixture
+def session(alice: Any) -> Any:
+    """An agent's session at 16,000 tokens: 40 turns, each request sent, as the API's
+    ``/context`` sends them (the Governor fills the budget, then acts)."""
+    session = make_session(alice, title="Governed agent", policy=SMALL_POLICY)
+    for n in range(40):
+        services.append_messages(session, turn(n), auto_compact=False)
+        services.send_context(session)
+    return session
+
+
+def sent_figures(text: str) -> tuple[int, int]:
+    found = re.search(r"next request ([\d,]+) → ([\d,]+) tokens", text)
+    assert found is not None, text
+    before, after = (int(g.replace(",", "")) for g in found.groups())
+    return before, after
+
+
+def test_a_compaction_states_the_next_request_now_and_after(
+    page: Page, live_url: str, worker: None, session: Any
+) -> None:
+    log_in(page, live_url, session.get_absolute_url())
+    now = figure(page, "governed-total")
+    page.get_by_text("/compact", exact=True).click()
+    page.get_by_test_id("compact-preview").click()
+    expect(page.get_by_test_id("preview")).to_contain_text("Next request:")
+    assert figure(page, "preview-sent-now") == now
+    at_most = figure(page, "preview-sent-after")
+    assert at_most < now
+    expect(page.get_by_test_id("preview-grows")).to_have_count(0)
+    shot(page, "compact-preview-sent")
+
+    page.get_by_test_id("compact-apply").click()
+    progress = page.locator("#job-progress")
+    expect(progress).to_have_attribute("data-stage", "done", timeout=60_000)
+    before, after = sent_figures(progress.inner_text())
+    assert (before, after <= at_most) == (now, True)
+    record = page.get_by_test_id("compaction")
+    expect(record).to_have_count(1)
+    expect(record.get_by_test_id("compaction-sent")).to_contain_text(f"{now:,} → {after:,}")
+    stored = Compaction.objects.get(session=session)
+    expect(page.get_by_test_id(f"fact-score-{stored.pk}")).to_contain_text("held")
+    # The x-ray shows the request the compaction leaves: the one the result announced.
+    expect(page.get_by_test_id("governed-total")).to_have_text(f"{after:,}", timeout=10_000)
+    shot(page, "compact-result-sent")
+
+
+def test_a_compaction_that_would_be_refused_is_flagged_in_the_preview(
+    page: Page, live_url: str, session: Any
+) -> None:
+    early = session.messages.order_by("seq").values_list("seq", flat=True)[8]
+    log_in(page, live_url, f"{session.get_absolute_url()}?at={early}")
+    page.get_by_test_id(f"compact-above-{early}").click()
+    expect(page.get_by_test_id("preview")).to_contain_text("Next request:")
+    expect(page.get_by_test_id("preview-grows")).to_contain_text("will be refused")
+    shot(page, "compact-preview-refused")
+
+
+def test_the_trajectory_plots_each_request_sent_and_opens_one(
+    page: Page, live_url: str, session: Any
+) -> None:
+    requests = list(SentRequest.objects.filter(session=session))
+    log_in(page, live_url, session.get_absolute_url())
+    chart = page.get_by_test_id("trajectory-chart")
+    expect(chart.locator("canvas")).to_have_count(1)
+    data = page.evaluate("JSON.parse(document.getElementById('trajectory-data').textContent)")
+    sent = {n: s for n, s in zip(data["requests"], data["sent"], strict=True) if n is not None}
+    assert sent == {r.number: r.tokens + r.tool_tokens for r in requests}
+    limits = services.session_limits(session, services.governed_context(session))
+    assert (data["budget"], data["high_water"], data["low_water"]) == (
+        limits.budget,
+        limits.high_water,
+        limits.low_water,
+    )
+    # What the Governor did shows: requests near the budget, and cut back at its actions.
+    assert max(sent.values()) > limits.low_water
+    expect(page.get_by_test_id("governor-action").first).to_be_visible()
+    expect(page.get_by_test_id("cache-weighting")).to_contain_text("requests sent")
+    chart.scroll_into_view_if_needed()
+    shot(page, "trajectory-sent")
+    # A click on the chart opens the request under the cursor, as it was sent.
+    box = chart.locator(".u-over").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
+    page.mouse.click(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
+    page.wait_for_url(re.compile(r"/requests/\d+/$"))
+    opened = page.get_by_test_id("sent-request")
+    number = int(opened.get_attribute("data-request") or 0)
+    row = next(r for r in requests if r.number == number)
+    expect(page.get_by_test_id("request-sent")).to_contain_text(
+        f"{row.tokens + row.tool_tokens:,} tokens"
+    )
+    expect(page.get_by_test_id("not-as-sent")).to_have_count(0)
+    expect(page.get_by_test_id("sent-messages").locator("li").first).to_be_visible()
+    shot(page, "sent-request")

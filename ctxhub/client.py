@@ -4,11 +4,17 @@ the capability that lets an external pydantic-ai agent keep its history in the h
 ::
 
     hub = Hub("https://ctxhub.example", api_key="ctxh_…")
-    session = hub.create_session("Fix the build", model="openai:gpt-4o")
+    session = hub.create_session("Fix the build", model="openai:gpt-4o", tools=definitions)
     hub.append(session.id, messages)             # pydantic-ai messages in
     context = hub.context(session.id)            # pydantic-ai messages out, with the report
+    hub.update_session(session.id, tools=other)  # the tool definitions the agent now sends
 
     agent = Agent("openai:gpt-4o", capabilities=[RemoteGovernor(AsyncHub(...), session.id)])
+
+The hub counts the tool definitions an agent sends with each request into what the request
+carries (the history's budget is smaller by them): give them as pydantic-ai ``ToolDefinition``
+objects or as ``{"name", "description", "parameters"}`` JSON. ``RemoteGovernor`` sends its
+agent's own whenever they change.
 
 Both clients retry a request answered 429 or 5xx (or lost in transport) with exponential
 backoff and jitter, waiting at least the server's ``Retry-After``; an append carries an
@@ -22,7 +28,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -32,7 +38,7 @@ import httpx
 from pydantic import BaseModel
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
-from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import RunContext, ToolDefinition
 
 from ctxhub.governance.report import ContextReport
 
@@ -58,12 +64,23 @@ class HubError(Exception):
 # --- what the API answers ------------------------------------------------------------------
 
 
+class Tool(BaseModel):
+    """A tool definition the session's agent sends, with its tokens."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
+    tokens: int
+
+
 class Session(BaseModel):
     id: uuid.UUID
     title: str
     model: str
     context_window: int | None
     policy: dict[str, Any]
+    tools: list[Tool] = []
+    tool_tokens: int = 0
     messages: int
     tokens: int
     created_at: datetime
@@ -128,16 +145,46 @@ def _params(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+Tools = Sequence[ToolDefinition | Mapping[str, Any]]
+"""Tool definitions: pydantic-ai's, or their JSON (``{"name", "description", "parameters"}``)."""
+
+
+def tool_json(tools: Tools) -> list[dict[str, Any]]:
+    """Tool definitions as the API takes them."""
+    return [
+        {"name": t.name, "description": t.description, "parameters": t.parameters_json_schema}
+        if isinstance(t, ToolDefinition)
+        else {
+            "name": t["name"],
+            "description": t.get("description"),
+            "parameters": t.get("parameters") or {},
+        }
+        for t in tools
+    ]
+
+
 def _create_session(
-    title: str, model: str, context_window: int | None, policy: dict[str, Any] | None
+    title: str,
+    model: str,
+    context_window: int | None,
+    policy: dict[str, Any] | None,
+    tools: Tools | None,
 ) -> _Call[Session]:
     body = {
         "title": title,
         "model": model,
         "context_window": context_window,
         "policy": policy or {},
+        "tools": tool_json(tools or ()),
     }
     return _Call("POST", "/sessions", Session.model_validate, body=body)
+
+
+def _update_session(session_id: uuid.UUID | str, changes: dict[str, Any]) -> _Call[Session]:
+    body = {name: value for name, value in changes.items() if value is not None}
+    if "tools" in body:
+        body["tools"] = tool_json(body["tools"])
+    return _Call("PATCH", f"/sessions/{session_id}", Session.model_validate, body=body)
 
 
 def _append(
@@ -305,8 +352,25 @@ class Hub:
         model: str,
         context_window: int | None = None,
         policy: dict[str, Any] | None = None,
+        tools: Tools | None = None,
     ) -> Session:
-        return self._send(_create_session(title, model, context_window, policy))
+        return self._send(_create_session(title, model, context_window, policy, tools))
+
+    def update_session(
+        self,
+        session_id: uuid.UUID | str,
+        *,
+        title: str | None = None,
+        model: str | None = None,
+        context_window: int | None = None,
+        policy: dict[str, Any] | None = None,
+        tools: Tools | None = None,
+    ) -> Session:
+        """Change what is given (``tools=[]``: the agent sends none); the rest stays."""
+        changes = dict(
+            title=title, model=model, context_window=context_window, policy=policy, tools=tools
+        )
+        return self._send(_update_session(session_id, changes))
 
     def session(self, session_id: uuid.UUID | str) -> Session:
         return self._send(_Call("GET", f"/sessions/{session_id}", Session.model_validate))
@@ -418,8 +482,25 @@ class AsyncHub:
         model: str,
         context_window: int | None = None,
         policy: dict[str, Any] | None = None,
+        tools: Tools | None = None,
     ) -> Session:
-        return await self._send(_create_session(title, model, context_window, policy))
+        return await self._send(_create_session(title, model, context_window, policy, tools))
+
+    async def update_session(
+        self,
+        session_id: uuid.UUID | str,
+        *,
+        title: str | None = None,
+        model: str | None = None,
+        context_window: int | None = None,
+        policy: dict[str, Any] | None = None,
+        tools: Tools | None = None,
+    ) -> Session:
+        """Change what is given (``tools=[]``: the agent sends none); the rest stays."""
+        changes = dict(
+            title=title, model=model, context_window=context_window, policy=policy, tools=tools
+        )
+        return await self._send(_update_session(session_id, changes))
 
     async def session(self, session_id: uuid.UUID | str) -> Session:
         return await self._send(_Call("GET", f"/sessions/{session_id}", Session.model_validate))
@@ -481,6 +562,12 @@ class AsyncHub:
 
 
 @dataclass
+class _SentTools:
+    sent: list[dict[str, Any]] | None = None
+    """None: none sent yet."""
+
+
+@dataclass
 class RemoteGovernor(AbstractCapability[Any]):
     """Keeps an agent's history in the hub and sends what the hub governs.
 
@@ -489,16 +576,22 @@ class RemoteGovernor(AbstractCapability[Any]):
     session's governed context; each response is appended as it arrives. The session shows
     live in the dashboard, and compactions, clears and pins made there apply to the agent's
     next request. The hub holds the history: run the agent without ``message_history`` (or
-    with what the hub gave back); only what a run adds is pushed.
+    with what the hub gave back); only what a run adds is pushed. The tool definitions the
+    request carries are sent to the session when they differ from those sent last, so the hub
+    counts them into the request.
     """
 
     hub: AsyncHub
     session_id: uuid.UUID | str
     _pushed: int | None = field(default=None, init=False, repr=False)
     """How many of the run's messages the hub has (None: the run has made no request yet)."""
+    _tools: _SentTools = field(default_factory=lambda: _SentTools(), init=False, repr=False)
+    """The tool definitions sent to the session last, shared by the runs of this capability."""
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
-        return replace(self)
+        run = replace(self)
+        run._tools = self._tools
+        return run
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -511,6 +604,11 @@ class RemoteGovernor(AbstractCapability[Any]):
         if new:
             await self.hub.append(self.session_id, new)
             self._pushed = len(messages)
+        parameters = request_context.model_request_parameters
+        tools = tool_json([*parameters.function_tools, *parameters.output_tools])
+        if tools != self._tools.sent:
+            await self.hub.update_session(self.session_id, tools=tools)
+            self._tools.sent = tools
         request_context.messages = (await self.hub.context(self.session_id)).messages
         return request_context
 

@@ -54,6 +54,20 @@ class AgentSession(models.Model):
         blank=True,
         help_text="Why automatic compaction stopped for this session (blank: it runs).",
     )
+    tool_definitions = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The tools the session's agent sends with each request: "
+        '[{"name", "description", "parameters"}] (see sessions.services.tools).',
+    )
+    tool_tokens = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Tokens of each tool definition, counted with `tool_encoding`.",
+    )
+    tool_encoding = models.CharField(
+        max_length=32, blank=True, help_text="The encoding `tool_tokens` were counted with."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

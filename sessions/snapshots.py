@@ -50,6 +50,7 @@ def key(session: AgentSession, pins: list[int], governor_version: int) -> str:
         "policy": session.policy,
         "model": session.model,
         "window": session.context_window,
+        "tools": session.tool_definitions or [],
     }
     return hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()
 

@@ -18,6 +18,7 @@ from sessions.history import RecordState
 from sessions.presenters import MessageView, PartView
 from sessions.services.costs import SessionCost, session_cost
 from sessions.services.governed import GovernedContext, governed_context
+from sessions.services.tools import session_tools
 
 if TYPE_CHECKING:
     from ctxhub.governance import Policy
@@ -87,6 +88,13 @@ class XRay:
     """Each step that ran: name, parts changed, tokens removed, detail."""
     cost: SessionCost | None = None
     """What the session's responses cost so far, from the usage their providers reported."""
+    tools: list[tuple[str, int]] = field(default_factory=list)
+    """The tool definitions sent: each one's name and tokens."""
+
+    @property
+    def tools_title(self) -> str:
+        """The tools by name with their tokens, for the meter's tooltip."""
+        return "; ".join(f"{name}: {tokens:,} tokens" for name, tokens in self.tools)
 
     @property
     def used(self) -> list[Category]:
@@ -177,6 +185,7 @@ def xray(context: GovernedContext) -> XRay:
         ],
         steps=[(s.step, s.parts, s.tokens_removed, s.detail) for s in report.steps if s.parts],
         cost=session_cost(context.session),
+        tools=session_tools(context.session, report.model).named,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -49,11 +50,80 @@ class _Storable(_Body):
         return value
 
 
+MAX_TOOLS = 500
+MAX_TOOL_SCHEMA_CHARS = 100_000
+
+
+class ToolIn(_Storable):
+    """A tool definition the agent sends with each request (pydantic-ai's ``ToolDefinition``:
+    ``name``, ``description``, ``parameters_json_schema``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=50_000)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="The JSON schema of the tool's arguments "
+        f"(at most {MAX_TOOL_SCHEMA_CHARS:,} characters as JSON).",
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_first(cls, value: Any) -> Any:
+        """Strings that cannot be stored, and nesting too deep, are refused before the types
+        are checked, naming the field (and the path inside it, unless the bad string is a key
+        on that path)."""
+        bad = bad_text(value)
+        if bad is not None:
+            path, problem = bad
+            where = f" (at {path})" if path and bad_text(path) is None else ""
+            raise ValueError(f"{problem}{where}")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _plain_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        except ValueError:
+            raise ValueError("holds a number JSON cannot carry (infinite, or NaN)") from None
+        if len(text) > MAX_TOOL_SCHEMA_CHARS:
+            raise ValueError(
+                f"is {len(text):,} characters as JSON, more than {MAX_TOOL_SCHEMA_CHARS:,}"
+            )
+        return value
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def _distinct_names(tools: list[ToolIn] | None) -> list[ToolIn] | None:
+    seen: dict[str, int] = {}
+    for index, tool in enumerate(tools or ()):
+        if tool.name in seen:
+            first = seen[tool.name]
+            raise ValueError(f"two tools are named {tool.name!r} (tools[{first}] and [{index}])")
+        seen[tool.name] = index
+    return tools
+
+
+TOOLS_DESCRIPTION = (
+    "The tool definitions the agent sends with each request: their tokens are counted into "
+    "what a request carries, and the history's budget is smaller by them."
+)
+
+
 class SessionIn(_Storable):
     title: str = Field(min_length=1, max_length=200)
     model: str = Field(min_length=1, max_length=200, description="A pydantic-ai model string.")
     context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
     policy: dict[str, Any] = Field(default_factory=dict, description="Policy overrides.")
+    tools: list[ToolIn] = Field(
+        default_factory=list, max_length=MAX_TOOLS, description=TOOLS_DESCRIPTION
+    )
+
+    distinct_tool_names = field_validator("tools")(_distinct_names)
 
 
 class SessionPatch(_Storable):
@@ -61,6 +131,20 @@ class SessionPatch(_Storable):
     model: str | None = Field(default=None, min_length=1, max_length=200)
     context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
     policy: dict[str, Any] | None = None
+    tools: list[ToolIn] | None = Field(
+        default=None,
+        max_length=MAX_TOOLS,
+        description=f"{TOOLS_DESCRIPTION} [] sends none; null or left out: unchanged.",
+    )
+
+    distinct_tool_names = field_validator("tools")(_distinct_names)
+
+
+class ToolOut(Schema):
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
+    tokens: int = Field(description="Its tokens, for the session model's tokenizer.")
 
 
 class SessionOut(Schema):
@@ -69,6 +153,8 @@ class SessionOut(Schema):
     model: str
     context_window: int | None
     policy: dict[str, Any]
+    tools: list[ToolOut]
+    tool_tokens: int = Field(description="Tokens of the tool definitions, sent with each request.")
     messages: int
     tokens: int
     created_at: datetime
@@ -166,6 +252,13 @@ class GovernIn(_Body):
             "so the provider's prompt cache keeps its prefix. None: the first request."
         ),
     )
+    tools: list[ToolIn] = Field(
+        default_factory=list,
+        max_length=MAX_TOOLS,
+        description=f"{TOOLS_DESCRIPTION} Counted for this call only.",
+    )
+
+    distinct_tool_names = field_validator("tools")(_distinct_names)
 
 
 class GovernOut(ContextOut):

@@ -8,11 +8,14 @@ view, and what each request carried is visible while the turn runs.
 
 The tools are the offline demo model's (list and read this repository's files, confined to
 it), whatever the model, plus reading back an output governance evicted, from the database.
-A request refused for its length is retried smaller by ``OverflowRecovery``.
+Their definitions, as each request carries them, are handed to the hooks too: the session keeps
+them, so what is governed and shown counts them. A request refused for its length is retried
+smaller by ``OverflowRecovery``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,14 +36,18 @@ from sessions.services import read_evicted_output, session_policy
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset
 
 
 class RequestHooks(Protocol):
     """What a turn does around each model request (``sessions.chat.runner.TurnRun``)."""
 
-    async def before_request(self, messages: list[ModelMessage]) -> list[ModelMessage]:
-        """Store the run's new messages; return what the request carries."""
+    async def before_request(
+        self, messages: list[ModelMessage], tools: Sequence[ToolDefinition]
+    ) -> list[ModelMessage]:
+        """Store the run's new messages (and the tool definitions the request carries, if
+        they changed); return the messages the request carries."""
         ...
 
     async def after_response(self, response: ModelResponse) -> None:
@@ -85,7 +92,9 @@ class HubGovernance(AbstractCapability[Any]):
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        request_context.messages = await self.hooks.before_request(request_context.messages)
+        parameters = request_context.model_request_parameters
+        tools = [*parameters.function_tools, *parameters.output_tools]
+        request_context.messages = await self.hooks.before_request(request_context.messages, tools)
         return request_context
 
     async def after_model_request(

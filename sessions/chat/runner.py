@@ -6,7 +6,8 @@ progress and nothing else. Stop reaches the turn wherever it runs: directly in t
 through the turn's control channel on the channel layer in another.
 
 Each model request of the turn goes through ``TurnRun.before_request``: the run's messages
-not yet in the log are appended, then the request carries the session's governed context and
+not yet in the log are appended, the agent's tool definitions stored if they changed (at the
+turn's first request, as a rule), then the request carries the session's governed context and
 every open page gets the x-ray of that very request. Each response is appended as it
 completes, with the usage its provider reported.
 """
@@ -17,7 +18,8 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from channels.db import database_sync_to_async
@@ -37,7 +39,11 @@ from sessions.chat.agent import chat_agent
 from sessions.chat.stream import TurnStream, render_turn, send
 from sessions.models import AgentSession, ChatTurn, MessageSource, TurnStatus
 from sessions.services import Conflict, append_messages, send_context
+from sessions.services.tools import definitions_of, set_tools
 from sessions.xray import xray
+
+if TYPE_CHECKING:
+    from pydantic_ai.tools import ToolDefinition
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +71,9 @@ class TurnRun:
 
     # --- around each model request (see sessions.chat.agent.HubGovernance) ---------------------
 
-    async def before_request(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+    async def before_request(
+        self, messages: list[ModelMessage], tools: Sequence[ToolDefinition]
+    ) -> list[ModelMessage]:
         new = messages[self.stored :]
         if new:
             await database_sync_to_async(self._append)(new)
@@ -73,7 +81,7 @@ class TurnRun:
             if self.stream.live["tools"]:
                 await self.stream.results_stored()
         self.requests += 1
-        governed, xray_html = await database_sync_to_async(self._govern)()
+        governed, xray_html = await database_sync_to_async(self._govern)(definitions_of(tools))
         await self.stream.request_sent(self.requests, xray_html)
         return governed
 
@@ -87,7 +95,9 @@ class TurnRun:
         rows = append_messages(self.session, messages, source=MessageSource.CHAT)
         turns.record_seqs(self.turn, rows)
 
-    def _govern(self) -> tuple[list[ModelMessage], str]:
+    def _govern(self, tools: list[dict[str, Any]]) -> tuple[list[ModelMessage], str]:
+        # The x-ray of this very request is pushed below: no other word to the pages.
+        set_tools(self.session, tools, announce=False)
         context = send_context(self.session)
         html = render_to_string(
             "sessions/_xray.html",

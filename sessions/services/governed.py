@@ -33,6 +33,7 @@ from sessions.history import EffectiveHistory, effective_history, is_remembered,
 from sessions.models import AgentSession, EvictedOutput
 from sessions.services.errors import Invalid
 from sessions.services.sending import Sent, StoredState, action_words, record_sent, stored_state
+from sessions.services.tools import session_tools
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +228,12 @@ def _govern(
 ) -> Governed:
     """Govern the history from the stored state (another policy or model: as a new start)."""
     governor.adopt(None if stored is None else stored.state)
+    tools = session_tools(session, other_model)  # counted when set, for the session's model
     return governor.govern(
         history.messages,
         pinned=history.positions(history.state.pins),
+        tool_definitions=tools.definitions,
+        tool_tokens=tools.total,
         # Stored counts are the session model's: another model's are counted afresh.
         facts=history.facts if other_model is None else None,
         context_window_tokens=session.context_window,

@@ -11,6 +11,8 @@ import httpx
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import FunctionToolset
 
 from ctxhub.client import AsyncHub, Hub, HubError, RemoteGovernor, _wait
 from ctxhub.governance.offline import demo_model, demo_toolset
@@ -143,3 +145,91 @@ async def test_an_external_agent_keeps_its_history_in_the_hub(server: str, key: 
     ]
     assert [c.tool_name for c in calls] == ["read_file", "list_files"]
     assert isinstance(stored[-1].parts[0], TextPart)
+
+
+async def read_file(path: str, offset: int = 0, limit: int = 400) -> str:
+    """Read lines of a text file.
+
+    Args:
+        path: File path.
+        offset: First line to return.
+        limit: How many lines to return.
+    """
+    return "nothing to see\n"
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """Passes requests on to the server, noting the method and path of each."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.seen: list[tuple[str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.method, request.url.path))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_tools_given_and_changed_through_the_client(server: str, key: str) -> None:
+    read = ToolDefinition(
+        name="read_log",
+        description="Read a job's log.",
+        parameters_json_schema={"type": "object", "properties": {"job": {"type": "string"}}},
+    )
+    deploy = {"name": "deploy", "description": "Deploy a build.", "parameters": {"type": "object"}}
+    with Hub(server, key) as hub:
+        session = hub.create_session("Tooled", model="openai:gpt-4o", tools=[read])
+        assert [t.name for t in session.tools] == ["read_log"]
+        assert session.tool_tokens == session.tools[0].tokens > 0
+        assert session.tools[0].parameters == read.parameters_json_schema
+        hub.append(session.id, [user("deploy the nightly build"), reply("on it")])
+        assert hub.context(session.id).report.tool_definition_tokens == session.tool_tokens
+
+        changed = hub.update_session(session.id, tools=[read, deploy])
+        assert [t.name for t in changed.tools] == ["read_log", "deploy"]
+        assert changed.title == "Tooled"
+        report = hub.context(session.id).report
+        assert report.tool_definition_tokens == changed.tool_tokens > session.tool_tokens
+
+        assert hub.update_session(session.id, title="Renamed").tools == changed.tools
+        assert hub.update_session(session.id, tools=[]).tool_tokens == 0
+        with pytest.raises(HubError) as refused:
+            hub.update_session(session.id, tools=[deploy, deploy])
+        assert (refused.value.status, refused.value.field) == (422, "tools")
+
+
+async def test_an_external_agents_tools_reach_the_hub_when_they_change(
+    server: str, key: str
+) -> None:
+    transport = Recording()
+    async with AsyncHub(server, key, transport=transport) as hub:
+        session = await hub.create_session("External tools", model="offline:demo")
+        governor = RemoteGovernor(hub, session.id)
+        agent = Agent(demo_model(), toolsets=[demo_toolset()], capabilities=[governor])
+        await agent.run("read README.md")
+        await agent.run("list sessions/api")
+        # Sent at the first request of the first run, then only when they change.
+        patches = [path for method, path in transport.seen if method == "PATCH"]
+        assert patches == [f"/api/v1/sessions/{session.id}"]
+        stored = await hub.session(session.id)
+        assert sorted(t.name for t in stored.tools) == ["list_files", "read_file"]
+        report = (await hub.context(session.id)).report
+        assert report.tool_definition_tokens == stored.tool_tokens > 0
+        # The history's room is smaller by them.
+        assert report.budget_tokens == (
+            report.window_tokens
+            - report.system_tokens
+            - report.tool_definition_tokens
+            - report.reserved_output_tokens
+            - report.safety_margin_tokens
+        )
+
+        fewer = FunctionToolset([read_file], id="fewer")
+        other = Agent(demo_model(), toolsets=[fewer], capabilities=[governor])
+        await other.run("read README.md")
+        patches = [path for method, path in transport.seen if method == "PATCH"]
+        assert len(patches) == 2
+        assert [t.name for t in (await hub.session(session.id)).tools] == ["read_file"]

@@ -260,3 +260,55 @@ def test_an_encoded_lone_surrogate_is_a_422_naming_the_field(api: Api, alice: An
     # The bytes ED A0 80: a surrogate encoded as if it were a character, not UTF-8.
     assert refused(answer)["field"] == "messages[0].parts[0].content"
     assert not Message.objects.exists()
+
+
+HOSTILE_TOOLS = [
+    ('"read_log"', "tools"),
+    ("[42]", "tools[0]"),
+    ('[{"description": "no name"}]', "tools[0].name"),
+    ('[{"name": 7}]', "tools[0].name"),
+    ('[{"name": ""}]', "tools[0].name"),
+    ('[{"name": "' + "n" * 201 + '"}]', "tools[0].name"),
+    ('[{"name": "a\\u0000b"}]', "tools[0].name"),
+    ('[{"name": "a", "description": "x\\ud800y"}]', "tools[0].description"),
+    ('[{"name": "a", "description": "' + "d" * 50_001 + '"}]', "tools[0].description"),
+    ('[{"name": "a", "parameters": {"\\udfff": {}}}]', "tools[0].parameters"),
+    ('[{"name": "a", "parameters": {"enum": ["\\udc00"]}}]', "tools[0].parameters"),
+    ('[{"name": "a", "parameters": ' + json.dumps(nested(150)) + "}]", "tools[0].parameters"),
+    ('[{"name": "a", "parameters": ' + json.dumps(nested(1_000)) + "}]", "tools[0].parameters"),
+    ('[{"name": "a", "parameters": {"maximum": 1e400}}]', "tools[0].parameters"),
+    ('[{"name": "a", "parameters": {"maximum": NaN}}]', "tools[0].parameters"),
+    ('[{"name": "a", "parameters": []}]', "tools[0].parameters"),
+    ('[{"name": "a", "parameters": {"d": "' + "p" * 100_001 + '"}}]', "tools[0].parameters"),
+    ('[{"name": "a", "parameters_json_schema": {}}]', "tools[0].parameters_json_schema"),
+    ('[{"name": "a"}, {"name": "b"}, {"name": "a"}]', "tools"),
+    (json.dumps([{"name": f"t{n}"} for n in range(501)]), "tools"),
+]
+
+
+@pytest.mark.parametrize(("tools", "field"), HOSTILE_TOOLS)
+def test_hostile_tool_definitions_are_refused_naming_the_field_and_store_nothing(
+    api: Api, alice: Any, tools: str, field: str
+) -> None:
+    created = api.post(
+        "/sessions", '{"title": "x", "model": "openai:gpt-4o", "tools": ' + tools + "}"
+    )
+    assert refused(created)["field"] == field
+    assert not AgentSession.objects.exists()
+
+    session = make_session(alice, tool_definitions=[{"name": "kept", "parameters": {}}])
+    changed = api.client.patch(
+        f"/api/v1/sessions/{session.pk}",
+        '{"title": "renamed", "tools": ' + tools + "}",
+        content_type="application/json",
+        headers=api.auth,
+    )
+    assert refused(changed)["field"] == field
+    session.refresh_from_db()
+    assert (session.title, session.tool_definitions) == (
+        "Fix the build",
+        [{"name": "kept", "parameters": {}}],
+    )
+
+    governed = '{"model": "openai:gpt-4o", "messages": [], "tools": ' + tools + "}"
+    assert refused(api.post("/govern", governed))["field"] == field

@@ -331,3 +331,50 @@ def test_compact_typed_in_the_chat(page: Page, chat_url: str, alice: Any) -> Non
 
     send(page, "/history")
     expect(page.get_by_test_id("chat-note").last).to_contain_text("1 summary")
+
+
+USED_ROWS = ("system", "tools", "pinned", "summary", "head", "middle", "tail")
+
+
+def meter(page: Page) -> dict[str, int]:
+    """The meter's rows and the total it shows, read at once (a live swap may land between two
+    reads)."""
+    found: dict[str, int] = page.evaluate(
+        """() => {
+          const xray = document.querySelector('#xray');
+          const rows = [...xray.querySelectorAll('tr[data-category]')].map(row =>
+            [row.dataset.category, Number(row.querySelector('[data-tokens]').dataset.tokens)]);
+          const shown = xray.querySelector('[data-testid=governed-total]').textContent;
+          return {...Object.fromEntries(rows), total: Number(shown.replaceAll(',', ''))};
+        }"""
+    )
+    return found
+
+
+def test_the_meter_counts_the_tool_definitions_the_chat_sends(
+    page: Page, chat_url: str, alice: Any
+) -> None:
+    session = make_session(alice, title="Tools on the meter", model="offline:demo")
+    open_chat(page, chat_url, session)
+    expect(page.locator('#xray tr[data-category="tools"] [data-tokens]')).to_have_attribute(
+        "data-tokens", "0"
+    )
+    send(page, "read README.md")
+    wait_done(page)
+
+    session.refresh_from_db()
+    stored = sum(session.tool_tokens)
+    assert stored > 0
+    for reloaded in (False, True):  # as the turn left the page, then as a fresh page shows it
+        if reloaded:
+            page.reload()
+        tools = page.locator('#xray tr[data-category="tools"] [data-tokens]')
+        expect(tools).to_have_attribute("data-tokens", str(stored))
+        rows = meter(page)
+        assert sum(rows[key] for key in USED_ROWS) == rows["total"]
+        assert rows["tools"] == stored > 0
+        listed = page.get_by_test_id("tool-list")
+        for name in ("list_files", "read_file", "read_evicted_output"):
+            expect(listed).to_have_attribute("title", re.compile(rf"{name}: \d+ tokens"))
+    page.locator("#xray").scroll_into_view_if_needed()
+    shot(page, "chat-tools-meter")

@@ -28,7 +28,8 @@ from pydantic_ai.messages import (
 from sessions import live, services
 from sessions.chat import runner, turns
 from sessions.chat.turns import INTERRUPTED
-from sessions.models import ChatTurn, Message, MessageSource, TurnStatus
+from sessions.models import ChatTurn, Message, MessageSource, SentRequest, TurnStatus
+from sessions.xray import xray
 from tests.factories import make_session
 from tests.fakes.openai_server import FakeOpenAI, ToolCallReply, fake_openai
 from tests.messages import agent_turns
@@ -419,3 +420,46 @@ async def test_a_tool_call_with_bad_arguments_shows_the_retry(
     assert "refused its arguments" in pushes.text()
     # The retry request is in the log, paired with its call.
     assert_pairs_valid([row.message for row in await sync_to_async(log_of)(session)])
+
+
+async def test_a_turn_stores_the_agents_tools_and_the_xray_counts_them(
+    owner: Any, watch: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.CTXHUB_DEMO_PACE_MS = 5
+    session = await sync_to_async(chat_session)(owner)
+    pushes = await watch(session)
+
+    turn = await run_turn(session, owner, "read README.md")
+    assert turn.status == TurnStatus.DONE, turn.error
+
+    await session.arefresh_from_db()
+    # The demo's tools, and reading an evicted output back: what each request carried.
+    names = [tool["name"] for tool in session.tool_definitions]
+    assert sorted(names) == ["list_files", "read_evicted_output", "read_file"]
+    total = sum(session.tool_tokens)
+    assert total > 100
+    sent = [r async for r in SentRequest.objects.filter(session=session).order_by("number")]
+    assert [r.tool_tokens for r in sent] == [total] * turn.requests
+
+    # The x-ray each request pushed, and the page's, count them and add up to the total sent.
+    await pushes.until(lambda p: "request 2 of the running turn" in p.text())
+    rows = re.findall(r'data-category="tools".*?data-tokens="(\d+)"', pushes.text(), re.S)
+    assert rows
+    assert {int(tokens) for tokens in rows} == {total}
+    view = await sync_to_async(lambda: xray(services.governed_context(session)))()
+    assert {c.key: c.tokens for c in view.categories}["tools"] == total
+    assert sum(c.tokens for c in view.used) == view.governed
+    assert sorted(name for name, _ in view.tools) == sorted(names)
+
+    # A second turn with the same tools stores nothing again.
+    stored: list[bool] = []
+    set_tools = runner.set_tools
+
+    def recording(*args: Any, **kwargs: Any) -> bool:
+        stored.append(set_tools(*args, **kwargs))
+        return stored[-1]
+
+    monkeypatch.setattr(runner, "set_tools", recording)
+    await run_turn(session, owner, "list sessions")
+    assert stored
+    assert not any(stored)

@@ -66,11 +66,12 @@ def context(
 @router.post("/govern", response={200: GovernOut, **ERRORS}, tags=["context"])
 def govern_stateless(request: HttpRequest, body: GovernIn) -> HttpResponse:
     """Govern a history sent whole (nothing is stored): for agents that keep their own. Send
-    back the ``state`` of the previous answer and the request keeps the prompt cache warm."""
+    back the ``state`` of the previous answer and the request keeps the prompt cache warm.
+    ``tools`` are counted into the request for this call."""
     need(request, "read")
     messages = parse_messages(body.messages)
     governor = parse_governor(body.state, parse_policy(body.policy), body.model)
-    governed = governor.govern(messages)
+    governed = governor.govern(messages, tool_definitions=[tool.as_json() for tool in body.tools])
     return _context_answer(
         governed.messages, governed.report, state=governor.state(), acted=governed.acted
     )

@@ -1,4 +1,5 @@
-"""Sessions: create, list a page at a time, read, and change (title, model, window, policy)."""
+"""Sessions: create, list a page at a time, read, and change (title, model, window, policy,
+the tool definitions the agent sends)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from sessions.api.errors import ApiError
 from sessions.api.schemas import ERRORS, SessionIn, SessionOut, SessionPage, SessionPatch
 from sessions.models import AgentSession
 from sessions.services.governed import ensure_room
+from sessions.services.tools import session_tools, set_tools, tool_fields
 
 router = Router()
 
@@ -31,12 +33,18 @@ def _with_figures(rows: QuerySet[AgentSession]) -> QuerySet[AgentSession]:
 
 def _session_out(session: AgentSession) -> dict[str, Any]:
     """A session of a queryset made by ``_with_figures``."""
+    tools = session_tools(session)
     return {
         "id": session.pk,
         "title": session.title,
         "model": session.model,
         "context_window": session.context_window,
         "policy": session.policy,
+        "tools": [
+            {**definition, "tokens": tokens}
+            for definition, tokens in zip(tools.definitions, tools.tokens, strict=True)
+        ],
+        "tool_tokens": tools.total,
         "messages": session.message_count,  # type: ignore[attr-defined]
         "tokens": session.token_total or 0,  # type: ignore[attr-defined]
         "created_at": session.created_at,
@@ -64,6 +72,7 @@ def create_session(request: HttpRequest, body: SessionIn) -> Status[dict[str, An
         model=body.model,
         context_window=body.context_window,
         policy=policy.overrides(),
+        **tool_fields([tool.as_json() for tool in body.tools], body.model),
     )
     return Status(201, _described(session))
 
@@ -107,7 +116,8 @@ def get_session(request: HttpRequest, session_id: UUID) -> dict[str, Any]:
 
 @router.patch("/sessions/{session_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
 def patch_session(request: HttpRequest, session_id: UUID, body: SessionPatch) -> dict[str, Any]:
-    """Change the title, model, window or policy; a new model recounts the stored tokens."""
+    """Change the title, model, window, policy or tools; a new model recounts the stored
+    tokens."""
     session = owned_session(request, session_id, "write")
     changes = body.model_dump(exclude_unset=True)
     fields = [name for name in ("title", "model", "context_window") if name in changes]
@@ -129,6 +139,10 @@ def patch_session(request: HttpRequest, session_id: UUID, body: SessionPatch) ->
             session.save(update_fields=[*fields, "updated_at"])
         if new_policy is not None:
             services.set_policy(session, policy, actor=api_key(request).owner)
+        if body.tools is not None:
+            set_tools(session, [tool.as_json() for tool in body.tools])
+        elif "model" in fields:  # counted for the session's model: a new one counts them again
+            set_tools(session, session.tool_definitions)
     if "model" in fields:
         tasks.recount_session_tokens.delay(str(session.pk))
     return _described(session)

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from django.http import HttpResponse
 from django.shortcuts import render
+from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_POST
 
 from ctxhub.governance import Policy
@@ -118,15 +119,20 @@ def undo_compaction(request: AuthenticatedHttpRequest, pk: UUID, compaction: int
 
 @require_POST
 def clear(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
-    """``/clear``: the model sees nothing before this point; the log keeps everything."""
+    """``/clear``: the conversation so far is dropped, the system prompt, instructions and pins
+    stay; the log keeps everything. The answer says what stayed."""
     session = _changeable(request, pk)
     if request.POST.get("confirm", "").strip().lower() != CLEAR_CONFIRMATION:
         return _refused(request, f'confirm: type "{CLEAR_CONFIRMATION}" to clear', field="confirm")
     try:
-        services.clear(session, actor=request.user)
+        cleared = services.clear(session, actor=request.user)
     except ServiceError as error:
         return _refused(request, error)
-    return _changed()
+    said = (
+        f"Cleared before message #{cleared.record.from_seq}: {cleared.summary()}. "
+        "The log keeps everything; undo it under Records."
+    )
+    return HttpResponse(escape(said), headers={"HX-Trigger": "ctxhub-changed"})
 
 
 @require_POST

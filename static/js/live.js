@@ -119,12 +119,11 @@ document.addEventListener("click", (event) => {
   }
 });
 
-// A clear that went through: the form is emptied and says what happened.
+// A clear that went through: the form is emptied (the answer, in #clear-answer, says what
+// stayed and what was dropped).
 document.addEventListener("htmx:afterRequest", (event) => {
   if (event.detail.elt.id !== "clear-form" || !event.detail.successful) return;
   event.detail.elt.reset();
-  document.getElementById("clear-answer").textContent =
-    "Cleared: the model now sees nothing before this point. Undo it under Records.";
 });
 
 // Bars are drawn at their data-width (a percentage): the page's content security policy

@@ -157,6 +157,9 @@ def test_clear_keeps_the_system_prompt_and_instructions_in_the_meter(
     page.get_by_test_id("clear-confirm").fill("clear")
     page.get_by_test_id("clear-submit").click()
     expect(page.get_by_test_id("clear")).to_have_attribute("data-state", "active")
+    expect(page.locator("#clear-answer")).to_contain_text(
+        "kept the system prompt and instructions ("
+    )
 
     # The conversation is gone; the system prompt and instructions are still sent.
     expect(page.locator('[data-category="tail"] [data-tokens]')).to_have_attribute(

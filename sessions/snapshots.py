@@ -22,18 +22,20 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub import governance
 from ctxhub.governance import ContextReport
+from sessions import history
 from sessions.history import log_heads
 from sessions.models import AgentSession, GovernedSnapshot
 
 
 @cache
 def engine_fingerprint() -> str:
-    """A hash of the engine's source: a snapshot made by other engine code is not read."""
+    """A hash of the code that decides a governed context, the engine's and the effective
+    history's (``sessions.history``): a snapshot made by other code is not read."""
     digest = hashlib.sha256()
-    root = Path(governance.__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
+    for root in (Path(governance.__file__).parent, Path(history.__file__).parent):
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{root.name}/{path.relative_to(root).as_posix()}".encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

@@ -96,7 +96,7 @@ def write(
             "messages": ModelMessagesTypeAdapter.dump_json(messages).decode(),
             "report": report.model_dump_json(),
             "seqs": json.dumps(seqs),
-            "tokens": report.tokens_after,
+            "tokens": report.tokens_after + report.tool_definition_tokens,
             "budget": report.budget_tokens,
             "last_seq": max((s for s in seqs if s is not None), default=-1),
         },

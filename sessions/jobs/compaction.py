@@ -62,6 +62,7 @@ from sessions.services.records import (
     lock_session,
     measure_after,
 )
+from sessions.services.tools import session_tools
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +418,8 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
         job.result = {
             "compaction": record.pk,
             "sent_before": before,
-            "sent_after": report.sent_after,
+            # The engine counts the messages; the tool definitions go beside them unchanged.
+            "sent_after": report.sent_after + session_tools(session).total,
             "window": session_window(session),
             "tokens_before": report.tokens_before,
             "tokens_after": report.tokens_after,

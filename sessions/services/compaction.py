@@ -44,6 +44,7 @@ from sessions.services.governed import (
     session_summarizer,
     session_window,
 )
+from sessions.services.tools import session_tools
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ def preview_compaction(
     key = fingerprint(session, state, policy, summarizer, focus, keep_from)
     tokenizer = tokenizer_for(session.model)
     sent_now = governed_context(session).tokens
+    tools = session_tools(session).total  # sent beside the messages, before and after
     window = session_window(session)
     if not plan.summarized_indices:
         all_seqs = [s for s in (history.seq_at(p) for p in range(len(history))) if s is not None]
@@ -260,7 +262,7 @@ def preview_compaction(
         tokens_kept=tokens_kept,
         summary_tokens_max=DEFAULT_SUMMARY_TOKENS,
         sent_now=sent_now,
-        sent_after_max=plan.kept_tokens + plan.users_tokens + summary_room,
+        sent_after_max=plan.kept_tokens + plan.users_tokens + summary_room + tools,
         summary_room=summary_room,
         window_tokens=window,
     )

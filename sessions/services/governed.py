@@ -120,10 +120,11 @@ class GovernedContext:
 
     @property
     def tokens(self) -> int:
-        """Tokens the next request carries (system prompt and instructions included)."""
+        """Tokens the next request carries: its messages (system prompt and instructions
+        included) and the tool definitions sent beside them, as the x-ray adds them up."""
         if self._governed is not None:
-            return self._governed.tokens_after
-        return self.report.tokens_after
+            return self._governed.tokens_after + self._governed.tool_definition_tokens
+        return self.report.tokens_after + self.report.tool_definition_tokens
 
     def seq_of(self, index: int | None) -> int | None:
         """The log seq of an effective-history index of the report (None: a record's own

@@ -17,7 +17,12 @@ process so nothing is cached in Python:
   agent appends to is: a worker refreshes the snapshot after appends);
 * after an append: in a process that governed the session once (from the snapshot, its
   carried state then built in the background), one more message is appended and the governed
-  context taken again.
+  context taken again;
+* two processes taking turns: each has served the session once; then, turn after turn, one
+  of them appends an agent's turn (a tool call and its result) and sends the next request
+  (``send_context``, as the API's ``/context`` does, report included), then the other: each
+  continues from the Governor state the other stored and its own carried work, stale by the
+  other's appends. The median of the requests sent is timed.
 
 Ratios are against the baseline measured in the same run. Results go to
 benchmarks/results/governed-<profile>.json.
@@ -134,6 +139,68 @@ def measure(what: str, session_id: str) -> float:
     return time.perf_counter() - started
 
 
+ROUNDS = 20
+"""Requests each of the two processes sends in the taking-turns measurement."""
+
+
+def serve(session_id: str) -> None:
+    """One of the two processes taking turns: ``warm`` sends a request untimed; ``turn N``
+    appends an agent's turn and times the request sent after it."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+
+    from sessions import services
+    from sessions.models import AgentSession
+
+    session = AgentSession.objects.get(pk=session_id)
+    for line in sys.stdin:
+        word, *rest = line.split()
+        if word == "turn":
+            call = f"bench_{rest[0]}"
+            services.append_messages(
+                session,
+                [
+                    ModelResponse(parts=[ToolCallPart("read_file", {"path": "a.py"}, call)]),
+                    ModelRequest(parts=[ToolReturnPart("read_file", "x = 1\n" * 300, call)]),
+                ],
+            )
+        started = time.perf_counter()
+        services.send_context(session).report  # noqa: B018  (the API's answer carries it)
+        print(time.perf_counter() - started if word == "turn" else 0.0, flush=True)
+
+
+def taking_turns(session_id: str) -> float:
+    """The median time of a request sent by two processes taking turns (see the module)."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--serve", "--session", session_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for _ in range(2)
+    ]
+
+    def ask(process: subprocess.Popen[str], command: str) -> float:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(command + "\n")
+        process.stdin.flush()
+        return float(process.stdout.readline())
+
+    try:
+        for process in processes:
+            ask(process, "warm")
+        base = time.monotonic_ns()
+        times = [ask(processes[n % 2], f"turn {base}_{n}") for n in range(2 * ROUNDS)]
+    finally:
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait()
+    return statistics.median(times)
+
+
 def in_fresh_process(what: str, session_id: str, script: str = __file__) -> float:
     """One measurement by ``script --measure``, in a process of its own."""
     out = subprocess.run(
@@ -152,27 +219,47 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=MESSAGES)
     parser.add_argument("--measure", choices=["baseline", "first", "fresh", "append"])
     parser.add_argument("--session")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     setup_django()
+    if args.serve:
+        serve(args.session)
+        return
     if args.measure:
         print(measure(args.measure, args.session))
         return
     session_id = stored_session(args.profile, args.messages)
-    results: dict[str, list[float]] = {"baseline": [], "first": [], "fresh": [], "append": []}
+    results: dict[str, list[float]] = {
+        "baseline": [],
+        "first": [],
+        "fresh": [],
+        "append": [],
+        "turns": [],
+    }
     for _ in range(REPEATS):
         for what in results:
-            results[what].append(in_fresh_process(what, session_id))
+            if what == "turns":
+                results[what].append(taking_turns(session_id))
+            else:
+                results[what].append(in_fresh_process(what, session_id))
     medians = {what: statistics.median(times) for what, times in results.items()}
     base = medians["baseline"]
     print(f"\n{args.profile} session, {args.messages:,} messages, medians of {REPEATS} runs\n")
     print("| measurement | median s | ratio to baseline | target |")
     print("|---|---:|---:|---:|")
-    targets = {"baseline": "", "first": "", "fresh": "≤ 0.2", "append": "≤ 0.05"}
+    targets = {
+        "baseline": "",
+        "first": "",
+        "fresh": "≤ 0.2",
+        "append": "≤ 0.05",
+        "turns": "≤ 0.05",
+    }
     labels = {
         "baseline": "load + parse the whole log (baseline)",
         "first": "governed context + report, never governed before",
         "fresh": "governed context + report, fresh process",
         "append": "governed context + report after one append",
+        "turns": "request sent + report, two processes taking turns",
     }
     for what, median in medians.items():
         print(f"| {labels[what]} | {median:.3f} | {median / base:.3f} | {targets[what]} |")

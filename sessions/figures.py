@@ -4,6 +4,7 @@ and how a change (a compaction) moves it. One wording for the pages, the chat an
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 
@@ -34,4 +35,30 @@ def compaction_outcome(result: Mapping[str, Any]) -> str:
     if "sent_before" not in result:  # a job finished before the next request was measured
         return history
     sent = sent_change(result["sent_before"], result["sent_after"], result["window"])
-    return f"{sent}; {history}"
+    said = f"{sent}; {history}"
+    if result.get("summarizer_cost") is not None:
+        said += f"; the summariser cost {money(result['summarizer_cost'])}"
+    if result.get("saved_per_request") is not None:
+        said += f", and each following request saves {money(result['saved_per_request'])}"
+    return said
+
+
+def money(amount: str | Decimal | None, currency: str = "USD") -> str:
+    """An amount of money: ``$12.34`` from a dollar up, ``$0.0123`` below, ``<$0.0001`` for
+    less than that but more than nothing, ``$0.00`` for nothing; "" for None."""
+    if amount is None:
+        return ""
+    value = Decimal(amount)
+    symbol = "$" if currency == "USD" else f"{currency} "
+    if value == 0:
+        return f"{symbol}0.00"
+    if value < _CENT_FRACTION:
+        return f"<{symbol}{_CENT_FRACTION}"
+    shown = value.quantize(_CENT_FRACTION, rounding=ROUND_HALF_UP)
+    if shown >= 1:
+        return f"{symbol}{value.quantize(_CENT, rounding=ROUND_HALF_UP):,}"
+    return f"{symbol}{shown}"
+
+
+_CENT_FRACTION = Decimal("0.0001")
+_CENT = Decimal("0.01")

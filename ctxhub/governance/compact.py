@@ -115,6 +115,12 @@ class CompactionReport(BaseModel):
     fact_score: float = 1.0
     """The share of the ledger's facts the compacted history held (in the summary or the
     messages kept) before the ledger's were appended."""
+    summarizer_input_tokens: int = 0
+    """What the summariser's calls used, as its provider reported (every chunk and round;
+    0 where it reported nothing or failed)."""
+    summarizer_cache_read_tokens: int = 0
+    summarizer_cache_write_tokens: int = 0
+    summarizer_output_tokens: int = 0
     duration_ms: float
 
 

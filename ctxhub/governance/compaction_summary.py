@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
+from pydantic_ai.usage import RunUsage
 
 from .compaction_plan import CompactionPlan, Form, stamp
 from .draft import render_draft
@@ -38,6 +39,7 @@ class Summary:
     error: str | None
     chunks: int
     rounds: int
+    usage: RunUsage
 
     def details(self, plan: CompactionPlan, replaced: int) -> dict[str, Any]:
         """What the report says of the summary and what it stands for."""
@@ -58,6 +60,10 @@ class Summary:
             "added_by_ledger": [i.text for i in self.reconciled.added_by_ledger],
             "missing_facts": [i.text for i in self.reconciled.missing],
             "fact_score": self.reconciled.score,
+            "summarizer_input_tokens": self.usage.input_tokens,
+            "summarizer_cache_read_tokens": self.usage.cache_read_tokens,
+            "summarizer_cache_write_tokens": self.usage.cache_write_tokens,
+            "summarizer_output_tokens": self.usage.output_tokens,
         }
 
 
@@ -98,6 +104,7 @@ async def write_summary(
     outcome: Outcome = "summarized"
     error: str | None = None
     chunks = rounds = 0
+    usage = RunUsage()
     try:
         result = await summarize(
             items,
@@ -113,7 +120,7 @@ async def write_summary(
         reconciled = reconcile("", ledger, kept)
         text = f"{body}\n\n{reconciled.text}" if ledger.items else body
     else:
-        chunks, rounds = result.chunks, result.rounds
+        chunks, rounds, usage = result.chunks, result.rounds, result.usage
         reconciled = reconcile(render_draft(result.draft), ledger, kept)
         prefix = (
             COMPACT_PREFIX if form == "two_message" else SUMMARY_PREFIX.format(count=represented)
@@ -124,5 +131,16 @@ async def write_summary(
     part = UserPromptPart(text, timestamp=when) if when else UserPromptPart(text)
     tokens = message_facts(ModelRequest(parts=[part]), tokenizer).tokens
     return Summary(
-        text, part, tokens, note, represented, ledger, reconciled, outcome, error, chunks, rounds
+        text,
+        part,
+        tokens,
+        note,
+        represented,
+        ledger,
+        reconciled,
+        outcome,
+        error,
+        chunks,
+        rounds,
+        usage,
     )

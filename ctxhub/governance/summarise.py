@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import Model
+from pydantic_ai.usage import RunUsage
 
 from .draft import SummaryDraft, parse_draft, render_draft
 from .facts import message_facts
@@ -155,6 +156,8 @@ class _Summary:
     draft: SummaryDraft
     chunks: int
     rounds: int
+    usage: RunUsage
+    """What the summariser's calls used, all chunks and rounds together."""
 
 
 async def summarize(
@@ -181,12 +184,14 @@ async def summarize(
         name="ctxhub-summarizer",
     )
     gate = asyncio.Semaphore(max(1, concurrency))
+    usage = RunUsage()
 
     async def one(chunk: list[str]) -> SummaryDraft:
         async with gate:
             result = await agent.run(
                 _prompt("\n\n".join(chunk), focus), model_settings={"max_tokens": summary_tokens}
             )
+        usage.incr(result.usage)
         output = result.output
         return output if isinstance(output, SummaryDraft) else parse_draft(output)
 
@@ -209,7 +214,7 @@ async def summarize(
 
         drafts = await asyncio.gather(*(counted(chunk) for chunk in chunks))
         if len(drafts) == 1:
-            return _Summary(drafts[0], total_chunks, round_number)
+            return _Summary(drafts[0], total_chunks, round_number, usage)
         count = len(drafts)
         level = [
             f"[summary of part {n} of {count}]\n{render_draft(d)}"

@@ -43,7 +43,7 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
-from ctxhub.governance import Compacted, Policy, compact, resolve_model
+from ctxhub.governance import Compacted, CompactionReport, Policy, compact, resolve_model
 from ctxhub.governance.tokens import tokenizer_for
 from sessions import events
 from sessions.history import effective_history
@@ -54,6 +54,7 @@ from sessions.services.compaction import (
     replacement_for,
     session_state,
 )
+from sessions.services.costs import compaction_costs
 from sessions.services.governed import session_window
 from sessions.services.records import (
     audit,
@@ -415,21 +416,7 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
             finished_at=timezone.now(),
         )
         bump_revision(session)
-        job.result = {
-            "compaction": record.pk,
-            "sent_before": before,
-            # The engine counts the messages; the tool definitions go beside them unchanged.
-            "sent_after": report.sent_after + session_tools(session).total,
-            "window": session_window(session),
-            "tokens_before": report.tokens_before,
-            "tokens_after": report.tokens_after,
-            # How well the compacted history held the summarised facts before the ledger's
-            # missing ones were appended (see ``ctxhub.governance.ledger.reconcile``).
-            "facts": len(report.ledger),
-            "facts_in_summary": len(report.kept_by_summarizer),
-            "fact_score": report.fact_score,
-            "missing_facts": report.missing_facts,
-        }
+        job.result = _result(job, session, record, report, before)
         job.save(update_fields=["result"])
         _finish(job, JobStatus.DONE, outcome=report.outcome, error=report.error or "")
         event = audit(
@@ -447,6 +434,34 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
     events.send_on_commit(events.records_changed, session=session)
     measure_after(session, event)
     return report.outcome
+
+
+def _result(
+    job: CompactionJob,
+    session: AgentSession,
+    record: Compaction,
+    report: CompactionReport,
+    before: int,
+) -> dict[str, Any]:
+    """What a job that wrote its compaction says: the next request before and after (the
+    tool definitions go beside the messages the engine counts, unchanged), the effective
+    history, how well the facts held, and what it cost and saves."""
+    after = report.sent_after + session_tools(session).total
+    return {
+        "compaction": record.pk,
+        "sent_before": before,
+        "sent_after": after,
+        "window": session_window(session),
+        "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after,
+        # How well the compacted history held the summarised facts before the ledger's
+        # missing ones were appended (see ``ctxhub.governance.ledger.reconcile``).
+        "facts": len(report.ledger),
+        "facts_in_summary": len(report.kept_by_summarizer),
+        "fact_score": report.fact_score,
+        "missing_facts": report.missing_facts,
+        **compaction_costs(session, job.summarizer, report, saved_tokens=before - after),
+    }
 
 
 # --- the sweeper -------------------------------------------------------------------------------

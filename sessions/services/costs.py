@@ -24,7 +24,15 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.db.models.fields.json import KT, KeyTransform
 
-from ctxhub.pricing import PRICES_VERSION, Price, TokenUsage, model_ref, price_requests
+from ctxhub.governance import CompactionReport
+from ctxhub.pricing import (
+    PRICES_VERSION,
+    Price,
+    TokenUsage,
+    model_ref,
+    price,
+    price_requests,
+)
 from sessions.models import AgentSession, Message, MessageKind
 
 log = logging.getLogger(__name__)
@@ -255,3 +263,25 @@ def _load(value: list[Any]) -> tuple[int, SessionCost]:
         cache_write_tokens=writes,
         output_tokens=outputs,
     )
+
+
+def compaction_costs(
+    session: AgentSession, summarizer: str, report: CompactionReport, *, saved_tokens: int
+) -> dict[str, str | None]:
+    """A compaction in money, as JSON: what its summariser's calls cost (as the provider
+    reported their usage; None: no price, or nothing reported) and what it saves on each
+    following request, its input priced uncached (None: no price, or it saves nothing)."""
+    used = TokenUsage(
+        input_tokens=report.summarizer_input_tokens,
+        cache_read_tokens=report.summarizer_cache_read_tokens,
+        cache_write_tokens=report.summarizer_cache_write_tokens,
+        output_tokens=report.summarizer_output_tokens,
+    )
+    spent = price(summarizer, used) if used.input_tokens or used.output_tokens else None
+    saved = (
+        price(session.model, TokenUsage(input_tokens=saved_tokens)) if saved_tokens > 0 else None
+    )
+    return {
+        "summarizer_cost": None if spent is None else str(spent.total),
+        "saved_per_request": None if saved is None else str(saved.total),
+    }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from django import template
@@ -11,9 +11,6 @@ from django import template
 from sessions import figures
 
 register = template.Library()
-
-_CENT_FRACTION = Decimal("0.0001")
-_CENT = Decimal("0.01")
 
 
 @register.filter
@@ -50,16 +47,5 @@ def seq_ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
 
 @register.filter
 def money(amount: Decimal | None, currency: str = "USD") -> str:
-    """An amount of money: "$12.34" from a dollar up, "$0.0123" below, "<$0.0001" for less
-    than that but more than nothing, "$0.00" for nothing; "" for None."""
-    if amount is None:
-        return ""
-    symbol = "$" if currency == "USD" else f"{currency} "
-    if amount == 0:
-        return f"{symbol}0.00"
-    if amount < _CENT_FRACTION:
-        return f"<{symbol}{_CENT_FRACTION}"
-    shown = amount.quantize(_CENT_FRACTION, rounding=ROUND_HALF_UP)
-    if shown >= 1:
-        return f"{symbol}{amount.quantize(_CENT, rounding=ROUND_HALF_UP):,}"
-    return f"{symbol}{shown}"
+    """An amount of money (``sessions.figures.money``)."""
+    return figures.money(amount, currency)

@@ -173,3 +173,6 @@ async def test_a_compaction_scores_the_facts_its_history_held_before_the_ledger(
     assert set(report.missing_facts) == set(report.added_by_ledger) - {"OPS-1234"}
     assert report.fact_score == pytest.approx(1 - len(report.missing_facts) / len(ledger))
     assert 0 < report.fact_score < 1
+    # What the summariser's call used, as its model reported it.
+    assert report.summarizer_input_tokens > 0
+    assert report.summarizer_output_tokens > 0

@@ -4,11 +4,14 @@ next request says so before it runs."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from ctxhub.pricing import TokenUsage, price
 from sessions import services
+from sessions.figures import compaction_outcome
 from sessions.models import Compaction
 from tests.governed.builders import agentic_session, turn
 
@@ -36,6 +39,13 @@ def test_preview_and_result_state_the_next_request_now_and_after(alice: Any) -> 
     assert result["sent_after"] == after
     assert after <= preview.sent_after_max
     assert Compaction.objects.get(job=job).tokens_after == result["tokens_after"]
+    # In money: each following request saves the input it no longer sends (the session's
+    # model is priced); the offline summariser has no price.
+    saved = price(session.model, TokenUsage(input_tokens=now - after))
+    assert saved is not None
+    assert Decimal(result["saved_per_request"]) == saved.total > 0
+    assert result["summarizer_cost"] is None
+    assert "each following request saves $" in compaction_outcome(result)
 
 
 def test_a_compaction_that_would_not_shrink_the_next_request_is_flagged(alice: Any) -> None:

@@ -133,3 +133,18 @@ htmx.onLoad((root) => {
   bars.push(...(root.querySelectorAll?.("[data-width]") ?? []));
   for (const bar of bars) bar.style.width = `${bar.dataset.width}%`;
 });
+
+// A re-render keeps what the reader opened: a <details> with an id that was open before the
+// swap is open after it (the records are re-rendered after every change, a job's included).
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const target = event.detail.target;
+  target.dataset.openDetails = [...target.querySelectorAll("details[open][id]")].map((d) => d.id).join(" ");
+});
+document.addEventListener("htmx:afterSwap", (event) => {
+  const target = event.detail.target;
+  for (const id of (target.dataset.openDetails || "").split(" ").filter(Boolean)) {
+    const details = document.getElementById(id);
+    if (details && target.contains(details)) details.open = true;
+  }
+  delete target.dataset.openDetails;
+});

@@ -24,7 +24,7 @@ from tests.processes import asgi_server
 pytestmark = pytest.mark.django_db(transaction=True)
 
 POLICY = {"context_window": 6_000, "reserved_output_tokens": 0}
-"""Small enough that the Governor acts several times in a session of 60 appends."""
+"""Small enough that the Governor acts several times in a session of 50 appends."""
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def appends(rng: random.Random, count: int) -> Iterator[list[ModelMessage]]:
         pending = pending[take:]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_two_processes_taking_turns_send_what_one_governor_sends(
     servers: tuple[str, str], key: str, seed: int
 ) -> None:
@@ -76,7 +76,7 @@ def test_two_processes_taking_turns_send_what_one_governor_sends(
     messages: list[list[ModelMessage]] = []
     with Hub(servers[0], key) as first, Hub(servers[1], key) as second:
         session = first.create_session(f"Turns {seed}", model="openai:gpt-4o", policy=POLICY)
-        for batch in appends(rng, 60):
+        for batch in appends(rng, 50):
             appending, asking = rng.choice([first, second]), rng.choice([first, second])
             appending.append(session.id, batch)
             history += batch

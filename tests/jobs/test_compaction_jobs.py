@@ -22,6 +22,7 @@ from sessions.history import REMEMBERED
 from sessions.models import AuditEvent, Compaction, CompactionJob, GovernedSnapshot, Message
 from sessions.services import governed as governed_module
 from sessions.services.governed import wait_for_warm_up
+from sessions.services.sending import stored_state
 from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session
 from tests.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401  (fixture)
@@ -347,7 +348,7 @@ def test_a_worker_refreshes_the_snapshot_after_an_append(
     session = agentic_session(alice, turns=6)
     with celery_worker(LOGS / "snapshot-worker.log"):
         services.append_messages(session, turn(30))
-        current = snapshots.key(session, [])
+        current = snapshots.key(session, [], stored_state(session).version)
         wait_for(
             lambda: GovernedSnapshot.objects.filter(session=session, key=current).exists(),
             what="the worker to refresh the snapshot",

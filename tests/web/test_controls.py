@@ -128,8 +128,9 @@ def test_clear_needs_the_typed_confirmation(client: Client, alice: object, sessi
     assert 'data-field="confirm"' in refused.content.decode()
     assert not Clear.objects.exists()
     done = client.post(f"/sessions/{session.pk}/clear/", {"confirm": "clear"})
-    assert done.status_code == 204
+    assert done.status_code == 200
     record = Clear.objects.get(session=session)
+    assert f"Cleared before message #{record.from_seq}: kept" in done.content.decode()
     assert services.governed_context(session).report.messages_before == 0
     client.post(f"/sessions/{session.pk}/clears/{record.pk}/undo/")
     assert services.governed_context(session).report.messages_before == 120

@@ -18,7 +18,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from config.celery import app as celery_app
 from sessions import live, services, snapshots, tasks
-from sessions.history import REMEMBERED
+from sessions.history import REMEMBERED, effective_tokens
 from sessions.models import AuditEvent, Compaction, CompactionJob, GovernedSnapshot, Message
 from sessions.services import governed as governed_module
 from sessions.services.governed import wait_for_warm_up
@@ -268,11 +268,18 @@ def test_auto_compaction_fires_once_and_not_again_while_it_runs(
     threshold = services.soft_threshold(session)
     summarised.delay = 3
     with celery_worker(LOGS / "compaction-worker-auto.log", env=worker_env(summarised)):
+        # Up to the append that crosses the threshold, then the worker's check queues the job.
+        # (Appending on until it does would make what it summarises depend on the worker's
+        # speed: far enough past, the window alone keeps the request small and a summary would
+        # only add to it, which the growth guard refuses.)
         n = 0
-        while not CompactionJob.objects.filter(session=session).exists():
+        while effective_tokens(session) < threshold:
             services.append_messages(session, turn(n, size=40))
             n += 1
-        job = CompactionJob.objects.get(session=session)
+        job = wait_for(
+            lambda: CompactionJob.objects.filter(session=session).first(),
+            what="the automatic compaction to be queued",
+        )
         assert job.trigger == "auto"
         # Appends go on while it runs: none waits for it, none starts another.
         for m in range(n, n + 3):
@@ -282,6 +289,7 @@ def test_auto_compaction_fires_once_and_not_again_while_it_runs(
         assert job_status(job) in ("queued", "running")
         assert CompactionJob.objects.filter(session=session).count() == 1
         wait_for(lambda: job_status(job) == "done", what="the auto job to finish")
+    assert job.outcome == "summarized", job.error
     # What it summarised (up to the crossing append) came back under the threshold.
     assert Compaction.objects.get(job=job).tokens_after < threshold
 

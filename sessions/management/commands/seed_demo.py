@@ -11,6 +11,7 @@ from django.db import transaction
 from sessions import services
 from sessions.demo import DEMO_SESSIONS, demo_messages
 from sessions.models import AgentSession, MessageSource
+from sessions.services.governed import refresh_snapshot
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = "demo"
@@ -43,5 +44,8 @@ class Command(BaseCommand):
                 rows = services.append_messages(
                     session, demo_messages(spec), source=MessageSource.DEMO, auto_compact=False
                 )
+            # Governed once here, so the first listing shows every demo session's figures
+            # (budget included) without governing them within its request.
+            refresh_snapshot(session)
             self.stdout.write(f"  {spec.title}: {len(rows)} messages")
         self.stdout.write(self.style.SUCCESS(f"Demo data ready; log in as {username} / {password}"))

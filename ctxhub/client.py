@@ -283,9 +283,14 @@ def _message_pages(page: dict[str, Any]) -> tuple[list[StoredMessage], int | Non
     return [StoredMessage.model_validate(m) for m in page["messages"]], page["next_after_seq"]
 
 
+API_PATH = "/api/v1"
+
+
 class _Settings:
     def __init__(self, base_url: str, api_key: str, timeout: float, max_retries: int) -> None:
-        self.base_url = base_url.rstrip("/") + "/api/v1"
+        root = base_url.rstrip("/")
+        # The hub's address, or its API's: both are what a user copies from the browser.
+        self.base_url = root if root.endswith(API_PATH) else root + API_PATH
         self.headers = {"Authorization": f"Bearer {api_key}"}
         self.timeout = timeout
         self.max_retries = max_retries

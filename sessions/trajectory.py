@@ -79,7 +79,10 @@ def trajectory(session: AgentSession, limits: Limits) -> dict[str, Any]:
         points[last_seq + 1] = {"sent": tokens + tools, "requests": number}
     for seq, effective, reported, cached in _responses(session, rows):
         points.setdefault(seq, {}).update(
-            effective=effective, reported=reported, cached=None if cached is None else int(cached)
+            effective=effective,
+            reported=reported,
+            # A cache figure without the input it belongs to is no report (a zeroed usage).
+            cached=None if cached is None or reported is None else int(cached),
         )
     times = [row[3] for row in rows]
     compactions = Compaction.objects.filter(session=session, undone_at__isnull=True)

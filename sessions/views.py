@@ -8,6 +8,8 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -60,9 +62,11 @@ def _timeline(session: AgentSession, rows: list[Message]) -> dict[str, Any]:
 
 def _records(session: AgentSession) -> dict[str, Any]:
     return {
+        # Numbered within the session, oldest first (the ids count every user's compactions).
         "compactions": list(
             Compaction.objects.filter(session=session)
             .select_related("actor", "undone_by", "supersedes", "job")
+            .annotate(number=Window(RowNumber(), order_by=[F("created_at"), F("id")]))
             .order_by("-created_at", "-id")[:50]
         ),
         # The Governor's actions: where it changed what it had sent (a cache break).

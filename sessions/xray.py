@@ -118,7 +118,10 @@ class _Run:
 
 
 def category_of(report: MessageReport, written: bool) -> str:
-    """Where a kept message's tokens count: a compaction's own message is the summary."""
+    """Where a kept message's tokens count: a compaction's own message is the summary; one
+    holding only the system prompt (kept by a clear) is the system prompt's."""
+    if report.parts and all(p.part_kind == "system-prompt" for p in report.parts):
+        return "system"
     if report.zone == "pinned":
         return "pinned"
     if written:

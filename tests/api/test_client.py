@@ -89,6 +89,10 @@ def test_sessions_messages_and_context_round_trip(server: str, key: str) -> None
     with Hub(server, "ctxh_nope_nope") as stranger, pytest.raises(HubError) as denied:
         stranger.session(made[0].id)
     assert denied.value.status == 401
+    # The API's own address, as copied from the browser, reaches the same API.
+    for address in (f"{server}/api/v1", f"{server}/api/v1/"):
+        with Hub(address, key) as hub:
+            assert hub.session(made[0].id).id == made[0].id
 
 
 def test_the_client_waits_as_the_server_asks(monkeypatch: pytest.MonkeyPatch) -> None:

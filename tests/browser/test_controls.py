@@ -165,8 +165,13 @@ def test_clear_keeps_the_system_prompt_and_instructions_in_the_meter(
     expect(page.locator('[data-category="tail"] [data-tokens]')).to_have_attribute(
         "data-tokens", "0"
     )
-    expect(row).to_have_attribute("data-tokens", str(system))
-    assert system > 0
+    # All that is sent is the system prompt's message: its framing counts as the system
+    # prompt's, not as a pin nobody made.
+    expect(page.locator('[data-category="pinned"] [data-tokens]')).to_have_attribute(
+        "data-tokens", "0"
+    )
+    expect(row).to_have_attribute("data-tokens", str(figure(page, "governed-total")))
+    assert int(row.get_attribute("data-tokens") or 0) > system > 0
     shot(page, "clear-kept-system")
 
 

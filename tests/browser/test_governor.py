@@ -123,3 +123,26 @@ def test_the_trajectory_plots_each_request_sent_and_opens_one(
     expect(page.get_by_test_id("not-as-sent")).to_have_count(0)
     expect(page.get_by_test_id("sent-messages").locator("li").first).to_be_visible()
     shot(page, "sent-request")
+
+
+def test_a_click_near_a_lone_request_opens_it(page: Page, live_url: str, alice: Any) -> None:
+    """An agent that pulls its context now and then leaves requests far apart on the chart: a
+    click beside one still opens it, a click far from any opens nothing."""
+    session = make_session(alice, title="Pulls now and then", policy=SMALL_POLICY)
+    for n in range(40):
+        services.append_messages(session, turn(n), auto_compact=False)
+    services.send_context(session)
+    log_in(page, live_url, session.get_absolute_url())
+    chart = page.get_by_test_id("trajectory-chart")
+    expect(chart.locator("canvas")).to_have_count(1)
+    chart.scroll_into_view_if_needed()
+    box = chart.locator(".u-over").bounding_box()
+    assert box is not None
+    middle = box["y"] + box["height"] / 2
+    page.mouse.click(box["x"] + box["width"] * 0.3, middle)
+    page.wait_for_timeout(500)  # a navigation would have begun by now
+    assert "/requests/" not in page.url
+    page.mouse.move(box["x"] + box["width"] - 25, middle)
+    page.mouse.click(box["x"] + box["width"] - 25, middle)
+    page.wait_for_url(re.compile(r"/requests/1/$"))
+    expect(page.get_by_test_id("sent-request")).to_have_attribute("data-request", "1")

@@ -4,7 +4,8 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth import authenticate
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.test import override_settings
 from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
 from sessions.models import AgentSession, Message
@@ -41,3 +42,13 @@ def test_seed_demo_creates_realistic_sessions_once() -> None:
 
     call_command("seed_demo", stdout=StringIO())
     assert Message.objects.filter(session__owner=user).count() == total
+
+
+@override_settings(PRODUCTION=True)
+def test_seed_demo_refuses_in_production_unless_forced() -> None:
+    with pytest.raises(CommandError, match="--force"):
+        call_command("seed_demo", stdout=StringIO())
+    assert not AgentSession.objects.exists()
+    assert authenticate(username="demo", password="demo") is None
+    call_command("seed_demo", "--force", stdout=StringIO())
+    assert authenticate(username="demo", password="demo") is not None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from sessions import services
@@ -23,8 +24,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--username", default=DEMO_USERNAME)
         parser.add_argument("--password", default=DEMO_PASSWORD)
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Seed even in production mode (the demo login is public knowledge).",
+        )
 
-    def handle(self, *args: Any, username: str, password: str, **options: Any) -> None:
+    def handle(self, *args: Any, username: str, password: str, force: bool, **options: Any) -> None:
+        if settings.PRODUCTION and not force:
+            raise CommandError(
+                f"refusing to create the {username} / {password} login in production mode "
+                "(CTXHUB_PRODUCTION=true): anyone could log in with it. Pass --force to seed "
+                "anyway, on a server nobody else can reach."
+            )
         user, created = get_user_model().objects.get_or_create(username=username)
         if created:
             user.set_password(password)

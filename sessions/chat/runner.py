@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -31,8 +32,10 @@ from pydantic_ai.exceptions import (
     ModelHTTPError,
     UserError,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.usage import RequestUsage
 
+from ctxhub.governance import count_tokens
 from ctxhub.governance.llm import UnknownOfflineModel
 from sessions.chat import turns
 from sessions.chat.agent import chat_agent
@@ -54,6 +57,8 @@ MAX_ERROR_CHARS = 2_000
 # The turns this process runs, by session.
 _RUNS: dict[Any, TurnRun] = {}
 
+OFFLINE_PREFIX = "offline:"
+
 
 class TurnRun:
     """One turn: the agent's run, its storage and its stream."""
@@ -68,6 +73,8 @@ class TurnRun:
         self.agent_task: asyncio.Task[Any] | None = None
         self.task: asyncio.Task[None] | None = None
         self.stopping = False
+        self.sent_tokens = 0
+        """Tokens the latest request carried, tool definitions included."""
 
     # --- around each model request (see sessions.chat.agent.HubGovernance) ---------------------
 
@@ -87,9 +94,27 @@ class TurnRun:
 
     async def after_response(self, response: ModelResponse) -> None:
         await self.stream.flush()
+        response = self._measured(response)
         await database_sync_to_async(self._append)([response])
         self.stored += 1
         await self.stream.response_stored()
+
+    def _measured(self, response: ModelResponse) -> ModelResponse:
+        """An offline model's response with the tokens it was really sent and wrote: such a
+        model measures nothing, and pydantic-ai would store its rough guess as if a provider
+        had reported it."""
+        if not (response.model_name or "").startswith(OFFLINE_PREFIX):
+            return response
+        written = "".join(
+            part.content if isinstance(part, TextPart) else part.args_as_json_str()
+            for part in response.parts
+            if isinstance(part, TextPart | ToolCallPart)
+        )
+        model = self.session.model
+        usage = RequestUsage(
+            input_tokens=self.sent_tokens, output_tokens=count_tokens(written, model=model)
+        )
+        return replace(response, usage=usage)
 
     def _append(self, messages: list[ModelMessage]) -> None:
         rows = append_messages(self.session, messages, source=MessageSource.CHAT)
@@ -99,6 +124,7 @@ class TurnRun:
         # The x-ray of this very request is pushed below: no other word to the pages.
         set_tools(self.session, tools, announce=False)
         context = send_context(self.session)
+        self.sent_tokens = context.tokens
         html = render_to_string(
             "sessions/_xray.html",
             {

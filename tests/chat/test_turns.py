@@ -440,6 +440,13 @@ async def test_a_turn_stores_the_agents_tools_and_the_xray_counts_them(
     assert total > 100
     sent = [r async for r in SentRequest.objects.filter(session=session).order_by("number")]
     assert [r.tool_tokens for r in sent] == [total] * turn.requests
+    # The offline model measures nothing: each response stores what its request carried, as
+    # the hub counted it, not pydantic-ai's guess of 50 input tokens.
+    answers = [
+        m async for m in Message.objects.filter(session=session, kind="response").order_by("seq")
+    ]
+    assert [m.reported_input_tokens for m in answers] == [r.tokens + r.tool_tokens for r in sent]
+    assert all(m.payload["usage"]["output_tokens"] > 0 for m in answers)
 
     # The x-ray each request pushed, and the page's, count them and add up to the total sent.
     await pushes.until(lambda p: "request 2 of the running turn" in p.text())

@@ -18,6 +18,19 @@ def share(tokens: int, window: int) -> str:
     return f"{percent:.1f} %"
 
 
+OUTCOME_WORDS = {
+    "summarized": "summarised",
+    "fallback": "marker only (the summariser failed)",
+    "nothing_to_compact": "nothing to compact",
+    "refused": "refused",
+}
+
+
+def outcome_words(outcome: str) -> str:
+    """A compaction's outcome as a reader says it (``nothing_to_compact``: nothing to compact)."""
+    return OUTCOME_WORDS.get(outcome, outcome.replace("_", " "))
+
+
 def sent_change(before: int, after: int, window: int) -> str:
     """``next request 16,559 → 9,800 tokens (38.5 % → 22.8 % of the 43,000-token window)``."""
     return (

@@ -103,7 +103,14 @@ def meter_changed(
             )
             + render_to_string(
                 "sessions/_job_status_oob.html",
-                {"outcome": {"tokens": totals.tokens, "messages": totals.messages}},
+                {
+                    "outcome": {
+                        "tokens": totals.tokens,
+                        "messages": totals.messages,
+                        "encoding": totals.encoding,
+                        "recounted": totals.recounted,
+                    }
+                },
             )
         ),
     )

@@ -29,7 +29,13 @@ def recount_session_tokens(session_id: str) -> dict[str, Any]:
     """Recount a session's tokens and push the new meter to everyone watching it."""
     session = AgentSession.objects.get(pk=session_id)
     totals = services.recount_tokens(session)
-    return {"session": session_id, "messages": totals.messages, "tokens": totals.tokens}
+    return {
+        "session": session_id,
+        "messages": totals.messages,
+        "tokens": totals.tokens,
+        "encoding": totals.encoding,
+        "recounted": totals.recounted,
+    }
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)

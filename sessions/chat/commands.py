@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from sessions import services
 from sessions.chat import turns
-from sessions.figures import compaction_outcome
+from sessions.figures import compaction_outcome, outcome_words
 from sessions.models import AgentSession, JobStatus, MessageKind
 from sessions.services import Conflict, Invalid, NotFound
 from sessions.xray import xray
@@ -71,8 +71,8 @@ def _compact(session: AgentSession, actor: Any, focus: str) -> Note:
     if job.status == JobStatus.DONE and job.result.get("tokens_before"):
         return Note("compact", f"Compacted: {compaction_outcome(job.result)}.")
     if job.status == JobStatus.DONE:
-        why = job.error or ("" if job.outcome == "nothing_to_compact" else job.outcome)
-        return Note("compact", f"Not compacted: {why or 'nothing to compact'}.")
+        why = job.error or outcome_words(job.outcome or "nothing_to_compact")
+        return Note("compact", f"Not compacted: {why.rstrip('.')}.")
     if job.status == JobStatus.FAILED:
         return Note("compact", f"Compaction failed: {job.error}")
     again = "" if request.created else " (the same request was already queued)"

@@ -36,7 +36,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.usage import RequestUsage
 
 from ctxhub.governance import count_tokens
-from ctxhub.governance.llm import UnknownOfflineModel
+from ctxhub.governance.llm import OFFLINE_PREFIX, UnknownOfflineModel
 from sessions.chat import turns
 from sessions.chat.agent import chat_agent
 from sessions.chat.stream import TurnStream, render_turn, send
@@ -56,8 +56,6 @@ MAX_ERROR_CHARS = 2_000
 
 # The turns this process runs, by session.
 _RUNS: dict[Any, TurnRun] = {}
-
-OFFLINE_PREFIX = "offline:"
 
 
 class TurnRun:
@@ -207,7 +205,14 @@ def describe(error: Exception) -> str:
     elif isinstance(error, ModelAPIError):
         text = f"The provider could not be reached or failed ({error.model_name}): {error}"
     elif isinstance(error, UserError | UnknownOfflineModel):
-        text = str(error)
+        # pydantic-ai's advice for a missing key names its own test model; here the choice
+        # is the session's chat model.
+        text = str(error).split(" To try Pydantic AI without an API key")[0]
+        if "API key" in text or "api_key" in text:
+            text += (
+                f" Set it where the hub runs, or choose {OFFLINE_PREFIX}demo (no key, no"
+                " network) for this chat."
+            )
     else:
         text = f"{type(error).__name__}: {error}"
     return text[:MAX_ERROR_CHARS]

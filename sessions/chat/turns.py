@@ -34,6 +34,18 @@ def latest_turn(session: AgentSession) -> ChatTurn | None:
     return ChatTurn.objects.filter(session=session).first()
 
 
+def shown_turn(session: AgentSession) -> ChatTurn | None:
+    """The turn the chat shows: the latest, unless it ended well and the log moved on since
+    (its "Answered" or "Stopped" line would stand over messages that came after it). A failed
+    turn stays: it holds the prompt that was not sent."""
+    turn = latest_turn(session)
+    if turn is None or turn.status in (TurnStatus.RUNNING, TurnStatus.FAILED):
+        return turn
+    if turn.last_seq is not None and session.messages.filter(seq__gt=turn.last_seq).exists():
+        return None
+    return turn
+
+
 def is_stale(turn: ChatTurn) -> bool:
     """A running turn whose process stopped beating: it died with its server."""
     age = timezone.now() - turn.heartbeat_at

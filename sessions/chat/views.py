@@ -80,7 +80,7 @@ async def stop(request: HttpRequest, pk: UUID) -> HttpResponse:
 def turn(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     """The latest turn as the database has it: a page catching up after a reconnect."""
     session = visible_session(request.user, pk)
-    return HttpResponse(render_turn(turns.latest_turn(session), session_pk=session.pk))
+    return HttpResponse(render_turn(turns.shown_turn(session), session_pk=session.pk))
 
 
 def _model_error(model: str) -> str | None:
@@ -115,6 +115,6 @@ def new_chat(request: AuthenticatedHttpRequest) -> HttpResponse:
 def chat_context(session: AgentSession) -> dict[str, Any]:
     """What the session page needs to draw the chat."""
     return {
-        "turn_html": render_turn(turns.latest_turn(session), session_pk=session.pk),
+        "turn_html": render_turn(turns.shown_turn(session), session_pk=session.pk),
         "chat_model": turns.chat_model_name(session),
     }

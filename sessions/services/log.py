@@ -7,7 +7,7 @@ messages themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import transaction
@@ -161,6 +161,8 @@ class TokenTotals:
     window: int
     encoding: str
     exact: bool
+    recounted: int = 0
+    """Messages whose stored count a recount changed."""
 
     @property
     def percent(self) -> float:
@@ -211,7 +213,7 @@ def recount_tokens(session: AgentSession) -> TokenTotals:
                 tokens_exact=tokenizer.exact,
                 facts=facts.to_json(),
             )
-    totals = token_totals(session)
+    totals = replace(token_totals(session), recounted=len(stale))
     events.send(events.meter_changed, session=session, totals=totals)
     return totals
 

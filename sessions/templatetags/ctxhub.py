@@ -34,6 +34,12 @@ def compaction_outcome(result: Mapping[str, Any]) -> str:
 
 
 @register.filter
+def outcome_words(outcome: str) -> str:
+    """A compaction's outcome in words (``sessions.figures``)."""
+    return figures.outcome_words(outcome or "")
+
+
+@register.filter
 def seq_ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
     """Consecutive seqs as (first, last) runs: 20,000 seqs are a few runs, not 20,000 links."""
     runs: list[tuple[int, int]] = []

@@ -38,6 +38,8 @@ def test_the_dashboard_works_under_its_content_security_policy(
     services.append_messages(session, history, auto_compact=False)
     console: list[str] = []
     page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    missing: list[str] = []  # the icon included: every page names one the server has
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
     page.add_init_script(WATCH_VIOLATIONS)
 
     log_in(page, live_url, "/")
@@ -80,3 +82,4 @@ def test_the_dashboard_works_under_its_content_security_policy(
 
     assert refused(page) == []
     assert [line for line in console if "Content Security Policy" in line] == []
+    assert missing == []

@@ -283,6 +283,9 @@ async def test_a_model_that_cannot_run_fails_the_turn_and_stores_nothing(
     turn = await run_turn(session, owner, "hello")
     assert turn.status == TurnStatus.FAILED
     assert "OPENAI_API_KEY" in turn.error
+    # The advice is the hub's (an offline chat model), not pydantic-ai's test model.
+    assert "offline:demo" in turn.error
+    assert "Agent('test')" not in turn.error
     assert await Message.objects.filter(session=session).acount() == 0
     await pushes.until(lambda p: bool(p.html) and 'data-testid="chat-error"' in p.html[-1])
     assert "Your message was not sent" in pushes.html[-1]

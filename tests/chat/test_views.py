@@ -11,9 +11,11 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import AsyncClient, Client
 
+from sessions import services
 from sessions.chat import runner, turns
 from sessions.models import AgentSession, ChatTurn, Message, TurnStatus
 from tests.factories import make_session
+from tests.messages import agent_turns
 
 pytestmark = pytest.mark.django_db
 
@@ -155,3 +157,23 @@ def test_the_setting_picks_the_model_of_sessions_without_their_own(
     assert turns.chat_model_name(session) == "anthropic:claude-sonnet-4-5"
     session.chat_model = "offline:demo"
     assert turns.chat_model_name(session) == "offline:demo"
+
+
+def test_a_finished_turn_gives_way_to_what_the_log_holds_after_it(alice: Any, chat: Any) -> None:
+    client = Client()
+    client.force_login(alice)
+    rows = services.append_messages(chat, agent_turns(1, 1, "x"))
+    stopped = ChatTurn.objects.create(
+        session=chat, prompt="p", model="offline:demo", status=TurnStatus.STOPPED
+    )
+    turns.record_seqs(stopped, rows)
+    url = f"/sessions/{chat.pk}/chat/turn/"
+    assert "chat-stopped" in client.get(url).content.decode()
+    # An agent appended after it: the note would stand over newer messages.
+    services.append_messages(chat, agent_turns(1, 1, "y"))
+    assert 'data-status="stopped"' not in client.get(url).content.decode()
+    # A failed turn stays: it holds the prompt that was never sent.
+    ChatTurn.objects.create(
+        session=chat, prompt="lost words", model="offline:demo", status=TurnStatus.FAILED
+    )
+    assert "lost words" in client.get(url).content.decode()

@@ -31,7 +31,11 @@ def test_recount_refreshes_the_cache_and_pushes_the_meter(client: Client, alice:
     assert expected > 2
     # Jobs are eager here: the answer is the outcome, not a promise.
     assert response.status_code == 200
-    assert response.content.decode().strip() == f"Recounted: {expected} tokens in 2 messages"
+    said = response.content.decode()
+    assert f"Recounted 2 messages with <code>o200k_base</code>: {expected:,} tokens" in said
+    assert "2 counts changed" in said
+    again = client.post(f"/sessions/{session.pk}/recount/", headers={"HX-Request": "true"})
+    assert "every stored count was already right" in again.content.decode()
     event = async_to_sync(layer.receive)(channel)
     assert event["type"] == "html.push"
     assert 'id="meter"' in event["html"]

@@ -11,6 +11,9 @@ from sessions.http import AuthenticatedHttpRequest
 from sessions.models import ApiKey
 from sessions.services import ServiceError
 
+# What an agent pushing its history and pulling its context needs; govern is asked for.
+DEFAULT_SCOPES = ("read", "write")
+
 
 def _page(request: AuthenticatedHttpRequest, **extra: object) -> HttpResponse:
     keys = ApiKey.objects.filter(owner=request.user)
@@ -18,7 +21,13 @@ def _page(request: AuthenticatedHttpRequest, **extra: object) -> HttpResponse:
     return render(
         request,
         "api/keys.html",
-        {"keys": keys, "scopes": SCOPES, "base_url": base_url, **extra},
+        {
+            "keys": keys,
+            "scopes": SCOPES,
+            "default_scopes": DEFAULT_SCOPES,
+            "base_url": base_url,
+            **extra,
+        },
         status=422 if "error" in extra else 200,
     )
 

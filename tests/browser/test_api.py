@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 from pydantic_ai import Agent
+from pydantic_ai.messages import ModelRequest
 
-from ctxhub.client import AsyncHub, RemoteGovernor
+from ctxhub.client import AsyncHub, Hub, RemoteGovernor
 from ctxhub.governance.offline import demo_model, demo_toolset
 from sessions.api.keys import create_key
 from sessions.models import AgentSession
@@ -50,3 +51,27 @@ def test_an_external_agents_session_updates_live(page: Page, live_url: str, alic
     assert page.evaluate("window.__samePage") is True
     expect(page.get_by_test_id("message-total")).to_have_text("6")
     shot(page, "external-agent")
+
+
+def test_a_key_made_on_the_keys_page_is_copied_and_pushes_history(
+    page: Page, live_url: str, alice: Any
+) -> None:
+    """The keys page offers what an agent needs (read and write) and copies the key shown once;
+    the copied key creates a session and appends to it with the client."""
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_url)
+    log_in(page, live_url, "/keys/")
+    expect(page.get_by_test_id("scope-read")).to_be_checked()
+    expect(page.get_by_test_id("scope-write")).to_be_checked()
+    expect(page.get_by_test_id("scope-govern")).not_to_be_checked()
+    page.get_by_test_id("key-name").fill("nightly agent")
+    page.get_by_test_id("key-create").click()
+    shown = page.get_by_test_id("key-text").inner_text().strip()
+    page.get_by_test_id("key-copy").click()
+    expect(page.locator("[data-copied]")).to_have_text("Copied.")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied == shown
+
+    with Hub(live_url, copied) as hub:
+        made = hub.create_session("pushed with the copied key", model="openai:gpt-4o")
+        hub.append(made.id, [ModelRequest.user_text_prompt("hello")])
+    assert AgentSession.objects.get(pk=made.id).owner == alice

@@ -16,6 +16,8 @@ Links between the pages must reach a file and, with an anchor, a heading in it.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import re
 import shlex
@@ -181,6 +183,25 @@ def test_every_block_says_its_language_and_a_skipped_one_why() -> None:
 @pytest.mark.parametrize("block", _selected(""))
 def test_the_example_runs_offline_as_written(block: Block, tmp_path: Path) -> None:
     _run(block, tmp_path)
+    if block.lang == "python" and _awaits(block.code):
+        # What the page says of top-level await: pasted at `python -m asyncio`'s prompt, it runs.
+        pasted = subprocess.run(
+            [sys.executable, "-m", "asyncio"],
+            input=block.code,
+            cwd=tmp_path,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Error" not in pasted.stderr, pasted.stderr
+        for line in (block.prints or "").splitlines():
+            assert line in pasted.stdout + pasted.stderr
+
+
+def _awaits(code: str) -> bool:
+    compiled = compile(code, "example", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return bool(compiled.co_flags & inspect.CO_COROUTINE)
 
 
 def test_the_readme_opens_with_the_quick_start() -> None:

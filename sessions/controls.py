@@ -19,7 +19,7 @@ from sessions import services
 from sessions.access import changeable_session
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession
-from sessions.policy_form import PolicyErrors, group_errors, knobs, policy_from_form
+from sessions.policy_form import PolicyErrors, editor, policy_from_form
 from sessions.services import Conflict, NotFound, ServiceError
 from sessions.services.governed import base_window
 from sessions.xray import compare
@@ -174,7 +174,7 @@ def policy_editor(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     return render(
         request,
         "sessions/_policy.html",
-        {"session": session, "knobs": knobs(session.policy or {})},
+        {"session": session, **editor(session.policy or {})},
     )
 
 
@@ -187,31 +187,23 @@ def _edited(
     try:
         return policy_from_form(request.POST.dict(), window=base_window(session))
     except PolicyErrors as error:
+        shown = editor(error.submitted, error.errors, error.typed)
         if not whole_form:
-            return render(
-                request, "sessions/_policy_errors.html", {"errors": error.errors}, status=422
-            )
-        return render(
-            request,
-            "sessions/_policy.html",
-            {
-                "session": session,
-                "knobs": knobs(error.submitted, error.errors),
-                "group_errors": group_errors(error.errors),
-            },
-            status=422,
-        )
+            return render(request, "sessions/_policy_errors.html", shown, status=422)
+        return render(request, "sessions/_policy.html", {"session": session, **shown}, status=422)
 
 
 @require_POST
 def policy_preview(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
-    """The x-ray under the edited policy, beside the current one: nothing is saved."""
+    """The x-ray under the edited policy, beside the current one: nothing is saved. A form
+    posted without htmx gets the editor back, with its edits and the preview."""
     session = _changeable(request, pk)
-    edited = _edited(request, session, whole_form=False)
+    edited = _edited(request, session, whole_form=not request.htmx)
     if isinstance(edited, HttpResponse):
         return edited
-    replay = compare(session, edited)
-    return render(request, "sessions/_policy_preview.html", {"session": session, "replay": replay})
+    context = {"session": session, "replay": compare(session, edited), **editor(edited.overrides())}
+    template = "sessions/_policy_preview.html" if request.htmx else "sessions/_policy.html"
+    return render(request, template, context)
 
 
 @require_POST
@@ -227,7 +219,7 @@ def policy_save(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     response = render(
         request,
         "sessions/_policy.html",
-        {"session": session, "knobs": knobs(edited.overrides()), "saved": True},
+        {"session": session, **editor(edited.overrides()), "saved": True},
     )
     response.headers["HX-Trigger"] = "ctxhub-changed"
     return response

@@ -66,17 +66,29 @@ class _Model(BaseModel):
 class Truncation(_Model):
     """Truncation of long content: a limit, a unit, which end(s) to keep, and where it applies."""
 
-    limit: int | None = Field(default=8_000, description="None or 0 disables truncation.")
-    unit: Unit = "tokens"
-    strategy: Strategy = "head"
+    limit: int | None = Field(
+        default=8_000,
+        description="Longer content is cut down to this size; empty or 0 never cuts.",
+    )
+    unit: Unit = Field(
+        default="tokens", description="Whether the limit counts tokens or characters."
+    )
+    strategy: Strategy = Field(
+        default="head",
+        description=(
+            "Which part of cut content is kept: the start (head), the end (tail) or both ends."
+        ),
+    )
     scope: Scope = Field(
         default="older",
         description=(
-            "'older' leaves the current turn intact (co-cli); 'all' truncates every output "
-            "as soon as it is in the history (write time)."
+            "'older' cuts only before the current turn, so what the model is working on now "
+            "stays whole; 'all' cuts everything as soon as it is in the history."
         ),
     )
-    line_count: bool = Field(default=True, description="State the total line count.")
+    line_count: bool = Field(
+        default=True, description="Say how many lines the original had, beside the cut."
+    )
 
     @property
     def enabled(self) -> bool:
@@ -101,11 +113,30 @@ class Truncation(_Model):
 class Eviction(_Model):
     """Large tool outputs replaced by a preview and a reference to the full text in storage."""
 
-    threshold_tokens: int | None = Field(default=20_000, description="None or 0 disables.")
-    preview_lines: int = Field(default=10, ge=0)
-    preview_chars: int = Field(default=2_000, ge=0)
-    scope: Scope = "all"
-    tool_name: str = Field(default="read_evicted_output", min_length=1)
+    threshold_tokens: int | None = Field(
+        default=20_000,
+        description=(
+            "Outputs larger than this are stored aside and replaced by a preview; empty or 0 "
+            "never evicts."
+        ),
+    )
+    preview_lines: int = Field(
+        default=10, ge=0, description="At most this many lines of the output are previewed."
+    )
+    preview_chars: int = Field(
+        default=2_000,
+        ge=0,
+        description="At most this many characters are previewed; no more than the threshold.",
+    )
+    scope: Scope = Field(
+        default="all",
+        description="'all' evicts as soon as the output arrives; 'older' only before this turn.",
+    )
+    tool_name: str = Field(
+        default="read_evicted_output",
+        min_length=1,
+        description="The tool the preview tells the model to call to read the full output.",
+    )
 
     @property
     def enabled(self) -> bool:
@@ -127,7 +158,9 @@ class Eviction(_Model):
 class Masking(_Model):
     """Observation masking: keep the first N and last M tool results, mask the middle."""
 
-    keep_first: int = Field(default=2, ge=0)
+    keep_first: int = Field(
+        default=2, ge=0, description="The oldest tool results kept as they are."
+    )
     keep_last: int = Field(
         default=5,
         ge=0,
@@ -160,7 +193,13 @@ class Dedupe(_Model):
     """Repeated reads: an older copy of an output the same tool returned again is replaced by a
     reference to the newest copy (which is sent whole), losing nothing."""
 
-    enabled: bool = True
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "An older copy of an output the same tool returned again becomes a short "
+            "reference to the newest copy, which is sent whole: nothing is lost."
+        ),
+    )
     min_tokens: int = Field(
         default=200, ge=0, description="Outputs of at most this many tokens are left alone."
     )
@@ -202,7 +241,10 @@ DEFAULT_NOTICE = "[conversation truncated — {omitted} older messages omitted]"
 class Window(_Model):
     """Sliding window: drop the oldest middle messages, keeping head, pins and a recent tail."""
 
-    enabled: bool = True
+    enabled: bool = Field(
+        default=True,
+        description="Drop the oldest middle messages when a trigger fires or over budget.",
+    )
     triggers: tuple[Threshold, ...] = Field(
         default=(),
         description=(
@@ -217,27 +259,37 @@ class Window(_Model):
         description=(
             "How much recent history the window keeps: the tail's messages or tokens, the "
             "current turn's request counted (pins and system prompts are kept like the head, "
-            "uncounted); None fills what the window aims at."
+            "uncounted); empty fills what the window aims at."
         ),
     )
     keep_head: bool = Field(
-        default=True, description="Keep the head: the first run (co-cli), or ``head``'s size."
+        default=True,
+        description=(
+            "Keep the start of the session (the first request and its work, up to the first "
+            "answer, or the size set below) when the window drops messages."
+        ),
     )
     head: Threshold | None = Field(
         default=None,
         description=(
             "How much of the start the head keeps: its first messages or tokens (closed over "
-            "their tool calls' results); None keeps the first run, up to the first answer."
+            "their tool calls' results); empty keeps the first run, up to the first answer."
         ),
     )
-    protected_tools: tuple[str, ...] = ("manage_todo_list",)
+    protected_tools: tuple[str, ...] = Field(
+        default=("manage_todo_list",),
+        description=(
+            "Tools whose calls and results are never dropped, such as a to-do list the agent "
+            "keeps up to date."
+        ),
+    )
     keep_turn_aborted: bool = Field(
         default=True, description="Keep messages carrying a turn-aborted marker."
     )
     notice: str | None = Field(
         default=DEFAULT_NOTICE,
         description=(
-            "The message put where the window cut, '{omitted}' standing for the count; None "
+            "The message put where the window cut, '{omitted}' standing for the count; empty "
             "cuts silently."
         ),
     )
@@ -271,7 +323,7 @@ class Hysteresis(_Model):
         gt=0,
         le=1,
         description=(
-            "Share of the history budget at which the governor acts. At 1, the default, it "
+            "Share of the history budget at which the governor acts. At 100 %, the default, it "
             "acts when the next request would pass the budget: an action costs the session "
             "the same whenever it is taken, and every request before it reads the cache."
         ),
@@ -312,8 +364,8 @@ class CompactionPolicy(_Model):
         gt=0,
         le=1,
         description=(
-            "Fraction of the history budget the effective history may reach before a "
-            "background compaction starts; below 1 so it runs before governance must drop."
+            "Share of the history budget the history may reach before a background "
+            "compaction starts; below 100 % so it runs before governance must drop."
         ),
     )
 
@@ -324,12 +376,30 @@ class Policy(_Model):
     context_window: int | None = Field(
         default=None, gt=0, description="Override of the model's context window, in tokens."
     )
-    reserved_output_tokens: int = Field(default=8_192, ge=0)
-    safety_margin: float = Field(default=0.10, ge=0, lt=0.5)
-    history_cap_tokens: int | None = Field(
-        default=None, description="Optional cap on history tokens; None or 0 means no cap."
+    reserved_output_tokens: int = Field(
+        default=8_192,
+        ge=0,
+        description="Room kept free for the model's answer; the history never takes it.",
     )
-    dangling_call_text: str = "Interrupted by user."
+    safety_margin: float = Field(
+        default=0.10,
+        ge=0,
+        lt=0.5,
+        description=(
+            "Share of the context window kept free, since token counts are estimates; below 50 %."
+        ),
+    )
+    history_cap_tokens: int | None = Field(
+        default=None,
+        description="A cap on the history's tokens below the budget; empty or 0 means no cap.",
+    )
+    dangling_call_text: str = Field(
+        default="Interrupted by user.",
+        description=(
+            "The result given to a tool call that never got one (the run was stopped), so "
+            "the model is not sent a call without its answer."
+        ),
+    )
     tool_output: Truncation = Truncation()
     """Truncation of tool outputs, and of tool-call arguments (long string values cut, the
     JSON kept valid), by the same limit."""
@@ -338,7 +408,13 @@ class Policy(_Model):
     masking: Masking = Masking()
     dedupe: Dedupe = Dedupe()
     window: Window = Window()
-    drop_groups: bool = True
+    drop_groups: bool = Field(
+        default=True,
+        description=(
+            "When still over budget, drop the current turn's oldest tool exchanges (a call "
+            "with its results), keeping the newest."
+        ),
+    )
     shrink_newest: bool = Field(
         default=True,
         description="Last resort: shrink the newest tool outputs proportionally to fit.",

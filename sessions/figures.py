@@ -12,10 +12,15 @@ def share(tokens: int, window: int) -> str:
     """``tokens`` as a share of ``window``: ``38.5 %`` (``<0.1 %`` for a sliver, never 0.0)."""
     if window <= 0:
         return "—"
-    percent = 100 * tokens / window
-    if 0 < percent < 0.1:
+    return percent(100 * tokens / window)
+
+
+def percent(value: float) -> str:
+    """A percentage to one decimal: ``38.5 %``; ``<0.1 %`` for a sliver (never 0.0 % for
+    something there)."""
+    if 0 < value < 0.1:
         return "<0.1 %"
-    return f"{percent:.1f} %"
+    return f"{value:.1f} %"
 
 
 OUTCOME_WORDS = {

@@ -111,6 +111,7 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
             # live (new messages would leave a gap).
             "following": following,
             "next_at": None if following else rows[-1].seq + 1,
+            "at": at,
             **timeline,
             **_records(session),
             **chat_context(session),

@@ -81,12 +81,19 @@ class HistoryFigures(BaseModel):
     def line(self) -> str:
         """One line for a chat transcript."""
         approx = "" if self.exact else "~"
+        share = self.percent_of_window
+        percent = "<0.1 %" if 0 < share < 0.1 else f"{share:.1f} %"
         return (
-            f"{self.user_turns} user turns, {self.messages} messages "
-            f"({self.tool_calls} tool calls), {approx}{self.tokens} tokens = "
-            f"{self.percent_of_window:.1f}% of a {self.window_tokens}-token window"
-            + (f", {self.summaries} summary" if self.summaries else "")
+            f"{_count(self.user_turns, 'user turn')}, {_count(self.messages, 'message')} "
+            f"({_count(self.tool_calls, 'tool call')}), {approx}{self.tokens:,} tokens = "
+            f"{percent} of a {self.window_tokens:,}-token window"
+            + (f", {_count(self.summaries, 'summary', 'summaries')}" if self.summaries else "")
         )
+
+
+def _count(number: int, one: str, many: str | None = None) -> str:
+    """``1 tool call``, ``2,048 tool calls``."""
+    return f"{number:,} {one if number == 1 else many or one + 's'}"
 
 
 def history_figures(

@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from sessions import services
 from sessions.chat import turns
-from sessions.figures import compaction_outcome, outcome_words
+from sessions.figures import compaction_outcome, outcome_words, percent
 from sessions.models import AgentSession, JobStatus, MessageKind
 from sessions.services import Conflict, Invalid, NotFound
 from sessions.xray import xray
@@ -97,11 +97,13 @@ def _context(session: AgentSession, actor: Any, argument: str) -> Note:
     view = xray(services.governed_context(session))
     head = (
         f"{view.model}: {intcomma(view.governed)} of {intcomma(view.window)} tokens "
-        f"({view.percent:.1f}% of the window); {view.messages_after} of "
-        f"{view.messages_before} messages sent."
+        f"({percent(view.percent)} of the window); {intcomma(view.messages_after)} of "
+        f"{intcomma(view.messages_before)} messages sent."
     )
     lines = [
-        f"{c.label}: {intcomma(c.tokens)} ({c.percent:.1f}%)" for c in view.categories if c.tokens
+        f"{c.label}: {intcomma(c.tokens)} ({percent(c.percent)})"
+        for c in view.categories
+        if c.tokens
     ]
     if not view.fits:
         lines.append(f"Over budget: {view.reason or 'the policy cannot make it fit'}")

@@ -34,6 +34,12 @@ def compaction_outcome(result: Mapping[str, Any]) -> str:
 
 
 @register.filter
+def pct(value: float) -> str:
+    """A percentage (``sessions.figures.percent``): ``8.3 %``, ``<0.1 %`` for a sliver."""
+    return figures.percent(float(value or 0))
+
+
+@register.filter
 def outcome_words(outcome: str) -> str:
     """A compaction's outcome in words (``sessions.figures``)."""
     return figures.outcome_words(outcome or "")

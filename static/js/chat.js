@@ -40,20 +40,49 @@ function keepLongerTexts() {
   shownTexts = new Map();
 }
 
-function nearBottom() {
-  return window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
+// The timeline scrolls in its own pane (the page around it stays put). It follows new
+// messages only while the reader is at its end: someone reading further up, or a page
+// opened at a message (?at=SEQ), is left where they are.
+function pane() {
+  return document.getElementById("timeline");
 }
 
-let following = true;
-window.addEventListener("scroll", () => {
-  following = nearBottom();
-});
+function nearBottom() {
+  const timeline = pane();
+  return !timeline || timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 160;
+}
+
+let following = false;
+document.addEventListener(
+  "scroll",
+  (event) => {
+    if (event.target === pane()) following = nearBottom();
+  },
+  true,
+);
 
 function follow() {
-  if (following && document.getElementById("chat")) {
-    window.scrollTo({ top: document.body.scrollHeight });
+  const timeline = pane();
+  if (following && timeline && document.getElementById("chat")) {
+    timeline.scrollTop = timeline.scrollHeight;
   }
 }
+
+// On load: at the message asked for, else at the end of the conversation.
+function openTimeline() {
+  const timeline = pane();
+  if (!timeline) return;
+  const article = timeline.dataset.at && document.getElementById(`msg-${timeline.dataset.at}`);
+  if (article) {
+    timeline.scrollTop = article.offsetTop - 8;
+    article.classList.add("flash");
+    setTimeout(() => article.classList.remove("flash"), 1200);
+  } else {
+    timeline.scrollTop = timeline.scrollHeight;
+  }
+  following = nearBottom();
+}
+openTimeline();
 
 document.addEventListener("htmx:oobBeforeSwap", (event) => {
   const { target, fragment } = event.detail;

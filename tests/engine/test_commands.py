@@ -11,7 +11,7 @@ from pydantic_ai.messages import (
     TextPart,
 )
 
-from ctxhub.governance import pairing_problems
+from ctxhub.governance import count_tokens, pairing_problems
 from ctxhub.governance.commands import Command, parse_command, run_command
 from ctxhub.governance.summaries import ACKNOWLEDGEMENT, COMPACT_PREFIX, summary_count
 from tests.messages import reply, tool_call, tool_result, user, words
@@ -91,3 +91,6 @@ async def test_clear_and_history() -> None:
     assert figures.window_tokens == 128_000
     assert 0 < figures.percent_of_window < 5
     assert shown.text.startswith("13 user turns, 50 messages (12 tool calls), ")
+    # Figures with separators and units, as the dashboard writes them.
+    assert shown.text.endswith(" % of a 128,000-token window")
+    assert f"{count_tokens(history, model=MODEL):,} tokens = " in shown.text

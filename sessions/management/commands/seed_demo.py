@@ -56,6 +56,9 @@ class Command(BaseCommand):
                 rows = services.append_messages(
                     session, demo_messages(spec), source=MessageSource.DEMO, auto_compact=False
                 )
+            # As an agent's append would: a session past its soft threshold is compacted
+            # (here, or by a worker when there is one).
+            services.auto_compact(session)
             # Governed once here, so the first listing shows every demo session's figures
             # (budget included) without governing them within its request.
             refresh_snapshot(session)

@@ -311,3 +311,59 @@ def demo_messages(spec: DemoSession) -> list[ModelMessage]:
         interrupted = 0 < turn < spec.turns - 1 and w.rng.random() < 0.1
         _turn(w, request, interrupted=interrupted)
     return w.messages
+
+
+# One short run built to show every action governance takes on what a request carries, under
+# a policy that masks always (demo logs are well under their windows otherwise) and with
+# automatic compaction off, so the actions stay in view rather than inside a summary.
+TOUR = DemoSession("Tour: every governance action on one short run", "openai:gpt-4o", 0, seed=5)
+TOUR_POLICY = {
+    "masking": {"apply": "always", "keep_first": 2, "keep_last": 5},
+    "compaction": {"auto": False},
+}
+TOUR_PINNED_REQUEST = "Keep to Python 3.12 syntax: the export runs on the 3.12 image."
+"""The user message the tour pins (governance keeps a pinned message verbatim)."""
+
+
+def tour_messages() -> list[ModelMessage]:
+    """The tour's log: an output large enough to be evicted (read back with
+    ``read_evicted_output``), an older long file truncated, a search run twice (the older copy
+    deduplicated), an older test log masked, and a turn stopped with its call unanswered
+    (repaired with a synthetic result)."""
+    w = _Writer(random.Random(TOUR.seed), "gpt-4o")
+
+    def ask(text: str, *, system: bool = False) -> None:
+        parts: list[SystemPromptPart | UserPromptPart] = [UserPromptPart(text, timestamp=w.tick())]
+        if system:
+            parts.insert(0, SystemPromptPart(SYSTEM_PROMPT, timestamp=w.clock))
+        w.messages.append(ModelRequest(parts=parts))
+
+    def call(tool: str, args: dict[str, object], output: str | None) -> None:
+        part = ToolCallPart(tool, args, tool_call_id=w.call_id())
+        w.messages.append(ModelResponse(parts=[part], model_name=w.model_name, timestamp=w.tick()))
+        if output is not None:
+            result = ToolReturnPart(
+                tool, output, tool_call_id=part.tool_call_id, timestamp=w.tick()
+            )
+            w.messages.append(ModelRequest(parts=[result]))
+
+    def answer(text: str) -> None:
+        w.messages.append(
+            ModelResponse(parts=[TextPart(text)], model_name=w.model_name, timestamp=w.tick())
+        )
+
+    batch = _grep(w, "batch_size", 40)
+    ask("The nightly export fails since Tuesday; find out why.", system=True)
+    call("build", {"target": "export"}, _build_log(w, 260))  # ~40,000 tokens: evicted
+    call("read_file", {"path": "src/export/job.py"}, _source_file(w, "src/export/job.py", 110))
+    call("run_tests", {"selector": "tests/export"}, _pytest_log(w, 60, 2))  # masked
+    call("grep", {"pattern": "batch_size"}, batch)
+    answer("The build log is long; the failure is a batch size read as text. Fixing it.")
+    ask(TOUR_PINNED_REQUEST)
+    call("grep", {"pattern": "batch_size"}, batch)  # the same search again: deduplicated
+    call("edit_file", {"path": "src/export/job.py"}, "Applied edit: 3 lines changed.")
+    call("run_tests", {"selector": "tests/export"}, None)  # stopped: no result
+    ask("Stop, run only the failing test first.")
+    call("run_tests", {"selector": "tests/export/test_batch.py"}, _pytest_log(w, 6, 0))
+    answer("`batch_size` is parsed as an int now and the export tests pass.")
+    return w.messages

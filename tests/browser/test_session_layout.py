@@ -1,15 +1,20 @@
-"""The session page of a long session, in Chromium: the conversation and its composer stay in
-view beside what governance makes of it, the timeline scrolls in its own pane and follows new
-messages only while the reader is at its end, and ``?at=SEQ`` opens at that message."""
+"""The session page, in Chromium: the conversation and its composer stay in view beside what
+governance makes of it, the timeline scrolls in its own pane and follows new messages only
+while the reader is at its end, ``?at=SEQ`` opens at that message, and the demo tour shows
+every action governance takes."""
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from sessions import services
+from sessions.demo import TOUR
+from sessions.models import AgentSession
 from tests.browser.test_controls import log_in, shot
 from tests.browser.test_dashboard import server_side
 from tests.factories import make_session
@@ -91,12 +96,41 @@ def test_a_reader_up_the_timeline_is_not_pulled_down_by_a_new_message(
     expect(page.locator("#msg-20")).to_be_in_viewport()
 
 
-def test_a_page_opened_at_a_message_shows_it(
-    page: Page, live_url: str, long_session: Any
-) -> None:
+def test_a_page_opened_at_a_message_shows_it(page: Page, live_url: str, long_session: Any) -> None:
     log_in(page, live_url, f"{long_session.get_absolute_url()}?at=150")
     article = page.locator("#msg-150")
     expect(article).to_be_in_viewport()
     # The pane is where the message is, not at its end.
     position = pane_position(page)
     assert position["top"] < position["bottom"] - 100
+
+
+def test_the_demo_tour_shows_each_action_and_reads_back_what_was_evicted(
+    page: Page, live_url: str, alice: Any
+) -> None:
+    # Off this thread: the seed compacts (eagerly here), and Playwright's loop runs here.
+    server_side(lambda: call_command("seed_demo", "--username", "alice", stdout=StringIO()))
+    tour = AgentSession.objects.get(owner=alice, title=TOUR.title)
+    log_in(page, live_url, tour.get_absolute_url())
+    timeline = page.get_by_test_id("timeline")
+    for action in ("evicted", "truncated", "masked", "deduplicated"):
+        expect(
+            timeline.locator(f".badge.state-{action}, .badge.action-{action}").first
+        ).to_be_visible()
+    expect(timeline.get_by_test_id("pinned")).to_have_count(1)
+    expect(timeline.get_by_test_id("added-synthesized")).to_have_count(1)
+
+    # The truncated file: what the model is sent is cut, the original is whole.
+    badge = ".badge.state-truncated, .badge.action-truncated"
+    truncated = timeline.locator("article", has=page.locator(badge)).first
+    seq = truncated.get_attribute("data-seq")
+    truncated.get_by_test_id(f"sent-{seq}").locator("summary").click()
+    expect(truncated.get_by_test_id(f"sent-{seq}")).to_contain_text("truncated")
+    truncated.get_by_test_id(f"original-{seq}").locator("summary").click()
+    expect(truncated.get_by_test_id(f"original-{seq}")).to_contain_text("def ")
+
+    # The evicted build log reads back, as the model's read_evicted_output tool would.
+    timeline.get_by_text("read the evicted output").click()
+    evicted = page.get_by_test_id("evicted")
+    expect(evicted).to_contain_text("RUN pip install")
+    shot(page, "demo-tour")

@@ -8,6 +8,8 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
+from sessions import services
+from sessions.demo import TOUR
 from sessions.models import AgentSession, Message
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
@@ -52,3 +54,18 @@ def test_seed_demo_refuses_in_production_unless_forced() -> None:
     assert authenticate(username="demo", password="demo") is None
     call_command("seed_demo", "--force", stdout=StringIO())
     assert authenticate(username="demo", password="demo") is not None
+
+
+def test_the_tour_shows_every_action_governance_takes() -> None:
+    call_command("seed_demo", stdout=StringIO())
+    tour = AgentSession.objects.get(title=TOUR.title)
+    report = services.governed_context(tour).report
+    actions = {part.action for message in report.messages for part in message.parts}
+    assert {"evicted", "truncated", "masked", "deduplicated", "synthesized", "kept"} <= actions
+    assert {message.zone for message in report.messages} >= {"pinned", "tail"}
+    # The evicted output reads back, as the model's tool would read it, to its last line.
+    (ref,) = report.evicted_refs
+    last = services.read_evicted_output(tour, ref, grep="DONE", limit=10_000) or ""
+    assert "#259 DONE" in last
+    # Nothing in it waits for automatic compaction: the actions stay in view.
+    assert services.auto_compact(tour) is None

@@ -13,6 +13,7 @@ from pydantic_ai.usage import RequestUsage
 
 from ctxhub.governance import Policy
 from sessions import services
+from sessions.demo import DEMO_SESSIONS
 from sessions.history import record_state
 from sessions.models import AgentSession, Compaction, SentRequest
 from sessions.presenters import present_message
@@ -43,7 +44,7 @@ def test_the_meter_adds_up_to_the_governed_count_for_every_demo_session(
     call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
     client.login(username="demo", password="demo")
     sessions = list(AgentSession.objects.all())
-    assert len(sessions) == 4
+    assert len(sessions) == len(DEMO_SESSIONS) + 1  # and the tour
     for session in sessions:
         context = services.governed_context(session)
         page = client.get(f"/sessions/{session.pk}/").content.decode()

@@ -10,7 +10,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from sessions import services
-from sessions.demo import DEMO_SESSIONS, demo_messages
+from sessions.demo import (
+    DEMO_SESSIONS,
+    TOUR,
+    TOUR_PINNED_REQUEST,
+    TOUR_POLICY,
+    demo_messages,
+    tour_messages,
+)
 from sessions.models import AgentSession, MessageSource
 from sessions.services.governed import refresh_snapshot
 
@@ -63,4 +70,21 @@ class Command(BaseCommand):
             # (budget included) without governing them within its request.
             refresh_snapshot(session)
             self.stdout.write(f"  {spec.title}: {len(rows)} messages")
+        self._seed_tour(user)
         self.stdout.write(self.style.SUCCESS(f"Demo data ready; log in as {username} / {password}"))
+
+    def _seed_tour(self, user: Any) -> None:
+        """The tour: one short run where every governance action shows, a message pinned."""
+        if AgentSession.objects.filter(owner=user, title=TOUR.title).exists():
+            return
+        with transaction.atomic():
+            session = AgentSession.objects.create(
+                owner=user, title=TOUR.title, model=TOUR.model, policy=TOUR_POLICY
+            )
+            rows = services.append_messages(
+                session, tour_messages(), source=MessageSource.DEMO, auto_compact=False
+            )
+            pinned = next(row.seq for row in rows if TOUR_PINNED_REQUEST in str(row.payload))
+            services.pin(session, pinned)
+        refresh_snapshot(session)
+        self.stdout.write(f"  {TOUR.title}: {len(rows)} messages")

@@ -3,7 +3,7 @@
 Embedded defaults need no service at all: a SQLite file, an in-memory channel layer and eager
 Celery. ``DATABASE_URL`` switches to PostgreSQL, ``REDIS_URL`` switches Channels and Celery to
 Redis, ``CTXHUB_PRODUCTION=true`` turns on production hardening and requires ``SECRET_KEY``.
-Every variable is listed in the README; values are parsed strictly (see config/env.py).
+Every variable is listed in docs/configuration.md; values are parsed strictly (see config/env.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """An independent, naive effective history: every payload parsed afresh, records applied one by
-one, as the README states the rules. What the fast path must equal."""
+one, as docs/governed-session.md states the rules. What the fast path must equal."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _same_prompt(a: SystemPromptPart, b: SystemPromptPart) -> bool:
 def naive_kept(
     clear: Clear, before: list[ModelMessage], others: list[ModelMessage]
 ) -> ModelRequest | None:
-    """What a clear keeps, as the README states it: the system prompt parts of the log before
+    """What a clear keeps, as docs/governed-session.md states it: the system prompt parts of the log before
     it (a prompt stated again kept once with its latest value, where first stated, unless that
     value is empty; a text stated again kept once), less those another message of the
     effective history states; and the latest instructions before it, unless a message of the

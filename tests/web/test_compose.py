@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 import yaml
@@ -17,14 +18,16 @@ def _compose(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     if tool is None:
         pytest.fail("docker-compose not found: scripts/test.sh installs it")
     clean = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
-    return subprocess.run(
-        [tool, "-f", "docker-compose.yml", "config", *args],
-        cwd=ROOT,
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # A developer's own .env (as the production page has them write) must not decide it.
+    with tempfile.NamedTemporaryFile("w", suffix=".env") as empty:
+        return subprocess.run(
+            [tool, "--env-file", empty.name, "-f", "docker-compose.yml", "config", *args],
+            cwd=ROOT,
+            env={**clean, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def test_compose_accepts_the_stack() -> None:

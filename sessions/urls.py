@@ -35,6 +35,7 @@ urlpatterns = [
     path("sessions/<uuid:pk>/chat/stop/", chat.stop, name="chat-stop"),
     path("sessions/<uuid:pk>/chat/turn/", chat.turn, name="chat-turn"),
     path("sessions/<uuid:pk>/xray/", views.xray_fragment, name="xray"),
+    path("sessions/<uuid:pk>/consumers/", views.consumers_fragment, name="consumers"),
     path("sessions/<uuid:pk>/records/", views.records_fragment, name="records"),
     path("sessions/<uuid:pk>/trajectory/", views.trajectory_fragment, name="trajectory"),
     path("sessions/<uuid:pk>/fates/", views.fates, name="fates"),

@@ -18,6 +18,7 @@ from sessions import services, tasks
 from sessions.access import changeable_session, may_change, visible_session
 from sessions.chat.turns import running_turn
 from sessions.chat.views import chat_context
+from sessions.consumers_report import top_consumers
 from sessions.history import UnreadableMessage, record_state
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message, SentRequest
@@ -133,6 +134,18 @@ def xray_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
             # During a chat turn, the context is the one its latest request carried.
             "during": running.requests if running is not None else None,
         },
+    )
+
+
+@require_GET
+def consumers_fragment(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
+    """What eats the context, by tool and argument: loaded when the x-ray's panel is opened."""
+    session = visible_session(request.user, pk)
+    context = services.governed_context(session)
+    return render(
+        request,
+        "sessions/_consumers.html",
+        {"session": session, "consumers": top_consumers(context)},
     )
 
 

@@ -16,6 +16,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from sessions import services
 from sessions.chat import turns
+from sessions.consumers_report import top_consumers
 from sessions.figures import compaction_outcome, outcome_words, percent
 from sessions.models import AgentSession, JobStatus, MessageKind
 from sessions.services import Conflict, Invalid, NotFound
@@ -94,7 +95,8 @@ def _history(session: AgentSession, actor: Any, argument: str) -> Note:
 
 
 def _context(session: AgentSession, actor: Any, argument: str) -> Note:
-    view = xray(services.governed_context(session))
+    context = services.governed_context(session)
+    view = xray(context)
     head = (
         f"{view.model}: {intcomma(view.governed)} of {intcomma(view.window)} tokens "
         f"({percent(view.percent)} of the window); {intcomma(view.messages_after)} of "
@@ -107,6 +109,10 @@ def _context(session: AgentSession, actor: Any, argument: str) -> Note:
     ]
     if not view.fits:
         lines.append(f"Over budget: {view.reason or 'the policy cannot make it fit'}")
+    lines += [
+        f"Top: {row.label} {intcomma(row.sent)} sent / {intcomma(row.stored)} stored"
+        for row in top_consumers(context).by_argument[:5]
+    ]
     return Note("context", head, lines)
 
 

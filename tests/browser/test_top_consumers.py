@@ -1,0 +1,46 @@
+"""The x-ray's top consumers in Chromium: loaded when opened, and still open (and loaded again)
+after the x-ray is re-rendered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from sessions import services
+from sessions.consumers_report import top_consumers
+from tests.browser.test_controls import log_in
+from tests.factories import make_session
+from tests.messages import agent_turns
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def session(alice: Any) -> Any:
+    session = make_session(alice, title="Refactor the scheduler", context_window=16_000)
+    history = agent_turns(6, 4, "def handler():\n    return 42\n" * 200, "Refactor OPS-77")
+    services.append_messages(session, history, auto_compact=False)
+    return session
+
+
+def test_the_panel_opens_on_the_top_tool(page: Page, live_url: str, session: Any) -> None:
+    log_in(page, live_url, f"/sessions/{session.pk}/")
+    found = top_consumers(services.governed_context(session))
+    control = page.get_by_test_id("consumers-control")
+    # Nothing is loaded before the reader opens it.
+    expect(control.get_by_test_id("consumers")).to_have_count(0)
+    control.locator("summary").click()
+    by_kind = control.get_by_test_id("consumers-by-kind")
+    top = by_kind.locator('tr[data-tool="read"]')
+    expect(top).to_be_visible()
+    expect(top).to_have_attribute("data-sent", str(found.tools[0].sent))
+    expect(control.get_by_test_id("consumers-sent")).to_have_text(f"{found.history:,}")
+    expect(control.get_by_test_id("consumers-by-argument")).to_contain_text("src/m")
+    # A change re-renders the x-ray: the panel stays open and is loaded again.
+    page.evaluate("document.querySelector('[data-testid=consumers]').dataset.old = '1'")
+    page.evaluate("htmx.trigger(document.body, 'ctxhub-changed')")
+    page.wait_for_selector("#consumers-control [data-testid=consumers]:not([data-old])")
+    expect(control).to_have_attribute("open", "")
+    expect(control.locator('tr[data-tool="read"]').first).to_be_visible()

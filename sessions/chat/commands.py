@@ -29,7 +29,7 @@ HELP = {
         "stay (the log keeps everything; undo under Records)"
     ),
     "/history": "the effective history's figures",
-    "/context": "what the next request carries, by category",
+    "/context": "what the next request carries, by category, and its top consumers",
     "/pin [#seq]": "keep a message verbatim (default: your latest message)",
     "/unpin #seq": "stop keeping a message verbatim",
     "/help": "this list",

@@ -203,8 +203,11 @@ class TurnStream:
             self._flush_soon.cancel()
         self._pending.clear()
         self.turn = turn
+        # The pages' x-ray was last drawn while the turn ran ("request N of the running
+        # turn"): the change signal has them draw it again, as things stand now.
+        changed = render_to_string("sessions/_changed.html", {"revision": self.session.revision})
         async with self._lock:
-            await send(self.session, render_turn(turn, oob=True))
+            await send(self.session, render_turn(turn, oob=True) + changed)
 
     # --- saving and pushing --------------------------------------------------------------------
 

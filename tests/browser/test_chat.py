@@ -155,6 +155,8 @@ def test_a_new_chat_streams_the_turn_into_the_page(page: Page, chat_url: str, al
     expect(articles.last).to_contain_text(answer.splitlines()[0])
     assert page.get_by_test_id("token-total").inner_text() != tokens_before
     expect(page.get_by_test_id("chat-turn")).to_contain_text("in 2 requests")
+    # The turn is over: the x-ray no longer says a request of it is running.
+    expect(page.get_by_test_id("xray-during")).to_have_count(0)
     shot(page, "chat")
 
 

@@ -40,11 +40,11 @@ def _same_prompt(a: SystemPromptPart, b: SystemPromptPart) -> bool:
 def naive_kept(
     clear: Clear, before: list[ModelMessage], others: list[ModelMessage]
 ) -> ModelRequest | None:
-    """What a clear keeps, as docs/governed-session.md states it: the system prompt parts of the log before
-    it (a prompt stated again kept once with its latest value, where first stated, unless that
-    value is empty; a text stated again kept once), less those another message of the
-    effective history states; and the latest instructions before it, unless a message of the
-    effective history carries its own."""
+    """What a clear keeps, as docs/governed-session.md states it: the system prompt parts of the log
+    before it (a prompt stated again kept once with its latest value, where first stated, unless
+    that value is empty; a text stated again kept once), less those another message of the effective
+    history states; and the latest instructions before it, unless a message of the effective history
+    carries its own."""
     kept: list[SystemPromptPart] = []
     for part in _system_parts(before):
         same = [i for i, k in enumerate(kept) if _same_prompt(k, part)]

@@ -148,3 +148,15 @@ document.addEventListener("htmx:afterSwap", (event) => {
   }
   delete target.dataset.openDetails;
 });
+// The same for a section a push replaces (the x-ray each request of a chat turn pushes).
+let openBeforePush = [];
+document.addEventListener("htmx:oobBeforeSwap", (event) => {
+  openBeforePush = [...event.detail.target.querySelectorAll("details[open][id]")].map((d) => d.id);
+});
+document.addEventListener("htmx:oobAfterSwap", () => {
+  for (const id of openBeforePush) {
+    const details = document.getElementById(id);
+    if (details) details.open = true;
+  }
+  openBeforePush = [];
+});

@@ -44,3 +44,23 @@ def test_the_panel_opens_on_the_top_tool(page: Page, live_url: str, session: Any
     page.wait_for_selector("#consumers-control [data-testid=consumers]:not([data-old])")
     expect(control).to_have_attribute("open", "")
     expect(control.locator('tr[data-tool="read"]').first).to_be_visible()
+
+
+def test_the_panel_stays_open_while_a_chat_turn_pushes_its_x_ray(
+    page: Page, live_url: str, alice: Any
+) -> None:
+    chat = make_session(alice, title="Chat", model="offline:demo", chat_model="offline:demo")
+    log_in(page, live_url, chat.get_absolute_url())
+    control = page.get_by_test_id("consumers-control")
+    control.locator("summary").click()
+    expect(control).to_have_attribute("open", "")
+    prompt = page.get_by_test_id("chat-prompt")
+    expect(prompt).to_be_enabled()
+    prompt.fill("read README.md")
+    prompt.press("Enter")
+    # Each request of the turn pushes its x-ray in place of the page's.
+    expect(page.get_by_test_id("xray-during")).to_be_visible(timeout=30_000)
+    expect(control).to_have_attribute("open", "")
+    expect(page.locator("#chat-turn")).to_have_attribute("data-status", "done", timeout=30_000)
+    expect(control).to_have_attribute("open", "")
+    expect(control.locator('tr[data-tool="read_file"]').first).to_be_visible()

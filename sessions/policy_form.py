@@ -238,6 +238,8 @@ def _show(kind: Kind, value: Any) -> str:
         return json.dumps(value)
     if kind == "bool":
         return "true" if value else "false"
+    if kind == "int" and isinstance(value, int):
+        return f"{value:,}"  # read back with or without the separators
     return str(value)
 
 

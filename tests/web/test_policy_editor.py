@@ -113,6 +113,7 @@ def test_fractions_are_shown_as_percentages(client: Client, alice: object, small
     assert fields["hysteresis.high_water"] == "100 %"
     assert fields["hysteresis.low_water"] == "40 %"
     assert fields["compaction.soft_threshold"] == "80 %"
+    assert fields["reserved_output_tokens"] == "8,192"  # whole numbers with separators
     assert {k.name for k in knobs() if k.kind == "percent"} == {
         "safety_margin",
         "hysteresis.high_water",

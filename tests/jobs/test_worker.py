@@ -48,7 +48,16 @@ def test_a_worker_recounts_tokens_and_pushes_the_meter(worker: None, alice: obje
     rows = list(Message.objects.filter(session=session))
     expected = sum(message_facts(r.message, tokenizer_for("openai:gpt-4")).tokens for r in rows)
     assert {r.encoding for r in rows} == {"cl100k_base"}
-    assert outcome == {"session": str(session.pk), "messages": 2, "tokens": expected}
+    assert outcome == {
+        "session": str(session.pk),
+        "messages": 2,
+        "tokens": expected,
+        "encoding": "cl100k_base",
+        "recounted": 2,  # both counts were o200k's
+    }
     event = async_to_sync(layer.receive)(channel)
     assert f'<strong data-testid="token-total">{expected}</strong>' in event["html"]
-    assert f"Recounted: {expected} tokens in 2 messages" in event["html"]
+    assert (
+        f"Recounted 2 messages with <code>cl100k_base</code>: {expected:,} tokens; "
+        "2 counts changed" in event["html"]
+    )

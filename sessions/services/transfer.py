@@ -1,0 +1,846 @@
+"""Export and import of a session: a JSONL file holding its log and its records.
+
+The format (version 1) is one JSON object a line::
+
+    {"ctxhub_export": 1, "session": {"title", "model", "context_window", "policy",
+                                     "summarizer", "chat_model", "tool_definitions"}}
+    {"type": "message", "seq": 0, "source": "api", "created_at": "...", "message": {...}}
+    ...                                          (every message, in seq order, then:)
+    {"type": "compaction", "first_seq", "last_seq", "replacement", ..., "supersedes": 0}
+    {"type": "clear", "from_seq", "created_at", "undone_at"}
+    {"type": "pin", "seq", "created_at", "undone_at"}
+    {"type": "evicted_output", "ref", "text", "created_at"}
+    {"type": "audit_event", "verb", "tokens_before", "tokens_after", "data", "created_at"}
+
+A record refers to another by its ordinal: its position among the records of its type in the
+file (``"supersedes": 0`` is the file's first compaction; an audit event's ``{"pin": 2}`` its
+third pin), never by a database id, which means nothing to another hub.
+
+What is derived is left out and made again by the hub that imports: tokens, facts and hashes
+(the messages go through the normal append path), the facts of a compaction's own messages,
+an evicted output's tokens. Not carried: the people who acted (``actor`` is written for the
+reader; imported records have none), compaction jobs, and the requests sent with the
+Governor's state (an imported session's next request is a new start).
+
+Importing validates every line before anything is written, then writes one transaction: a new
+session, owned by the importer, never one that exists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import groupby
+from typing import Any, NoReturn
+
+from django.conf import settings
+from django.db import models, transaction
+from pydantic import ValidationError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from ctxhub.governance import Policy
+from ctxhub.governance.facts import message_facts
+from ctxhub.governance.tokens import context_window, tokenizer_for
+from sessions.models import (
+    AgentSession,
+    AuditEvent,
+    Clear,
+    Compaction,
+    EvictedOutput,
+    MessageSource,
+    Pin,
+)
+from sessions.payloads import InvalidPayload, bad_text, parse_payload, storable_payload
+from sessions.services.errors import Invalid
+from sessions.services.governed import EVICTED_REF, no_room
+from sessions.services.log import append_messages
+from sessions.services.tools import canonical, tool_fields
+
+FORMAT_VERSION = 1
+HEADER_KEY = "ctxhub_export"
+MAX_INT = 2**31 - 1  # the database's integer columns
+MAX_TOOLS = 500
+
+# Audit event data naming a record by its id: the key is the record's type.
+REFERENCES = ("compaction", "clear", "pin")
+
+
+class BadExport(Invalid):
+    """A file that is not an export this hub can import: the line and the field at fault."""
+
+    def __init__(self, line: int, field: str, problem: str) -> None:
+        where = f"{field}: " if field else ""
+        super().__init__(f"line {line}: {where}{problem}", field=field or None, line=line)
+        self.line = line
+
+
+# --- export --------------------------------------------------------------------------------
+
+
+def _line(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _actor(row: Any, attribute: str = "actor") -> str | None:
+    user = getattr(row, attribute)
+    return None if user is None else str(user.get_username())
+
+
+def _ordinals(rows: list[Any]) -> dict[int, int]:
+    return {row.pk: position for position, row in enumerate(rows)}
+
+
+def _oldest_first(model: type[models.Model], session: AgentSession) -> list[Any]:
+    # Created order, ids breaking ties: imported in this order, the newest record stays the
+    # newest (the active clear and the compaction that wins an overlap are the newest).
+    rows = model._default_manager.filter(session=session).order_by("created_at", "id")
+    return list(rows if model is EvictedOutput else rows.select_related("actor"))
+
+
+def export_lines(session: AgentSession) -> Iterator[str]:
+    """The session as JSONL, a line at a time (a long log is streamed, never held whole)."""
+    yield _line(
+        {
+            HEADER_KEY: FORMAT_VERSION,
+            "session": {
+                "title": session.title,
+                "model": session.model,
+                "context_window": session.context_window,
+                "policy": session.policy or {},
+                "summarizer": session.summarizer,
+                "chat_model": session.chat_model,
+                "tool_definitions": canonical(session.tool_definitions or []),
+            },
+        }
+    )
+    rows = session.messages.order_by("seq").values_list("seq", "source", "created_at", "payload")
+    for seq, source, created_at, payload in rows.iterator(chunk_size=200):
+        yield _line(
+            {
+                "type": "message",
+                "seq": seq,
+                "source": source,
+                "created_at": _when(created_at),
+                "message": payload,
+            }
+        )
+    compactions = _oldest_first(Compaction, session)
+    clears = _oldest_first(Clear, session)
+    pins = _oldest_first(Pin, session)
+    ordinals = {
+        "compaction": _ordinals(compactions),
+        "clear": _ordinals(clears),
+        "pin": _ordinals(pins),
+    }
+    for c in compactions:
+        yield _line(
+            {
+                "type": "compaction",
+                "first_seq": c.first_seq,
+                "last_seq": c.last_seq,
+                # The facts of its own messages are this hub's counts: the importer counts.
+                "replacement": [
+                    {"seq": item["seq"]} if "seq" in item else {"message": item["message"]}
+                    for item in c.replacement
+                ],
+                "summary": c.summary,
+                "summary_message": c.summary_message,
+                "ledger": c.ledger,
+                "outcome": c.outcome,
+                "error": c.error,
+                "summarizer": c.summarizer,
+                "policy": c.policy,
+                "focus": c.focus,
+                "summarized_seqs": c.summarized_seqs,
+                "tokens_before": c.tokens_before,
+                "tokens_after": c.tokens_after,
+                "messages_before": c.messages_before,
+                "messages_after": c.messages_after,
+                "supersedes": ordinals["compaction"].get(c.supersedes_id or -1),
+                "started_at": _when(c.started_at),
+                "finished_at": _when(c.finished_at),
+                **_undoable(c),
+            }
+        )
+    for clear in clears:
+        yield _line({"type": "clear", "from_seq": clear.from_seq, **_undoable(clear)})
+    for pin in pins:
+        yield _line({"type": "pin", "seq": pin.seq, **_undoable(pin)})
+    for evicted in _oldest_first(EvictedOutput, session):
+        yield _line(
+            {
+                "type": "evicted_output",
+                "ref": evicted.ref,
+                "text": evicted.text,
+                "created_at": _when(evicted.created_at),
+            }
+        )
+    for event in _oldest_first(AuditEvent, session):
+        yield _line(
+            {
+                "type": "audit_event",
+                "verb": event.verb,
+                "actor": _actor(event),
+                "tokens_before": event.tokens_before,
+                "tokens_after": event.tokens_after,
+                "data": _refer(event.data or {}, ordinals),
+                "created_at": _when(event.created_at),
+            }
+        )
+
+
+def _undoable(record: Any) -> dict[str, Any]:
+    return {
+        "actor": _actor(record),
+        "created_at": _when(record.created_at),
+        "undone_at": _when(record.undone_at),
+    }
+
+
+def _refer(data: dict[str, Any], ordinals: dict[str, dict[int, int]]) -> dict[str, Any]:
+    """An audit event's data with the records it names by id named by ordinal (None for one
+    no longer there)."""
+    out = dict(data)
+    for kind in REFERENCES:
+        if isinstance(out.get(kind), int) and not isinstance(out[kind], bool):
+            out[kind] = ordinals[kind].get(out[kind])
+    return out
+
+
+def export_jsonl(session: AgentSession) -> str:
+    return "".join(export_lines(session))
+
+
+def export_filename(session: AgentSession, extension: str) -> str:
+    """A download name that says what it holds: the title, made safe, and the id."""
+    stem = re.sub(r"[^A-Za-z0-9]+", "-", session.title).strip("-").lower()[:60] or "session"
+    return f"{stem}-{str(session.pk)[:8]}.{extension}"
+
+
+# --- import: reading and validating --------------------------------------------------------
+
+
+@dataclass
+class _Record:
+    """A validated record line: the model it makes, its fields, where it was read."""
+
+    line: int
+    fields: dict[str, Any]
+
+
+@dataclass
+class ParsedExport:
+    """Everything a file holds, validated: nothing is written until all of it is."""
+
+    session: dict[str, Any]
+    messages: list[tuple[str, ModelMessage]] = field(default_factory=list)
+    compactions: list[_Record] = field(default_factory=list)
+    clears: list[_Record] = field(default_factory=list)
+    pins: list[_Record] = field(default_factory=list)
+    evicted: list[_Record] = field(default_factory=list)
+    audit: list[_Record] = field(default_factory=list)
+
+
+def _not_finite(text: str) -> NoReturn:
+    raise ValueError(f"the number {text} is not a finite number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _not_finite(text)
+    return value
+
+
+def _decode(number: int, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text, parse_constant=_not_finite, parse_float=_finite)
+    except RecursionError:
+        raise BadExport(number, "", "nests deeper than a JSON parser goes") from None
+    except ValueError as exc:  # not JSON; a number too long or not finite
+        raise BadExport(number, "", f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadExport(number, "", f"a JSON object is expected, not {_json_type(value)}")
+    bad = bad_text(value)
+    if bad is not None:
+        raise BadExport(number, _bracketed(bad[0]), bad[1])
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _bracketed(dotted: str) -> str:
+    """``message.parts.0.content`` → ``message.parts[0].content``."""
+    return re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", dotted)
+
+
+class _Reader:
+    """The fields of one line, read with their types checked; a bad one names itself."""
+
+    def __init__(
+        self, number: int, data: dict[str, Any], allowed: frozenset[str], prefix: str = ""
+    ) -> None:
+        self.number = number
+        self.data = data
+        self.prefix = prefix  # where the fields are in the line: "session." for the header's
+        unknown = sorted(set(data) - allowed - {"type"})
+        if unknown:
+            self.fail(unknown[0], "not a field of this line")
+
+    def fail(self, name: str, problem: str) -> NoReturn:
+        raise BadExport(self.number, self.prefix + name, problem)
+
+    def value(self, name: str, kinds: tuple[type, ...], what: str, *, optional: bool) -> Any:
+        if name not in self.data:
+            if optional:
+                return None
+            self.fail(name, "missing")
+        value = self.data[name]
+        if value is None and optional:
+            return None
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            self.fail(name, f"{what} is expected, not {_json_type(value)}")
+        return value
+
+    def integer(
+        self, name: str, *, low: int = 0, high: int = MAX_INT, optional: bool = False
+    ) -> int | None:
+        value = self.value(name, (int,), "a whole number", optional=optional)
+        if value is not None and not low <= value <= high:
+            self.fail(name, f"{value} is not between {low} and {high}")
+        return value  # type: ignore[no-any-return]
+
+    def count(self, name: str) -> int:
+        value = self.integer(name)
+        assert value is not None
+        return value
+
+    def text(self, name: str, *, limit: int | None = None, required: bool = False) -> str:
+        value = self.value(name, (str,), "a string", optional=not required)
+        value = value or ""
+        if required and not value:
+            self.fail(name, "may not be empty")
+        if limit is not None and len(value) > limit:
+            self.fail(name, f"is over {limit:,} characters")
+        return str(value)
+
+    def time(self, name: str) -> datetime | None:
+        value = self.value(name, (str,), "a date and time (ISO 8601)", optional=True)
+        if value is None:
+            return None
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            self.fail(name, f"{value!r} is not a date and time (ISO 8601)")
+        if when.tzinfo is None:
+            self.fail(name, "a date and time with its time zone is expected")
+        return when
+
+    def mapping(self, name: str) -> dict[str, Any]:
+        return self.value(name, (dict,), "an object", optional=False)  # type: ignore[no-any-return]
+
+    def array(self, name: str) -> list[Any]:
+        return self.value(name, (list,), "an array", optional=False)  # type: ignore[no-any-return]
+
+    def message(self, name: str, value: Any = None) -> ModelMessage:
+        """A pydantic-ai message, validated as the API validates one."""
+        given = self.data.get(name) if value is None else value
+        if not isinstance(given, dict):
+            self.fail(name, f"a message object is expected, not {_json_type(given)}")
+        try:
+            return _valid_message(given)
+        except InvalidPayload as exc:
+            first = exc.errors[0]
+            self.fail(_bracketed(f"{name}.{first.path}" if first.path else name), first.message)
+
+    def seq(self, name: str, last: int, *, upto: int | None = None) -> int:
+        """A seq of a message in the file (``upto``: or up to that, for a clear's start)."""
+        value = self.integer(name)
+        assert value is not None
+        if value > (last if upto is None else upto):
+            self.fail(name, f"no message #{value} in this file (its last is #{last})")
+        return value
+
+
+def _valid_message(data: dict[str, Any]) -> ModelMessage:
+    message = parse_payload(data)
+    storable_payload(message)  # refused here, not halfway through the write
+    return message
+
+
+_UNDOABLE = frozenset({"actor", "created_at", "undone_at"})
+_FIELDS = {
+    "message": frozenset({"seq", "source", "created_at", "message"}),
+    "compaction": _UNDOABLE
+    | {
+        "first_seq",
+        "last_seq",
+        "replacement",
+        "summary",
+        "summary_message",
+        "ledger",
+        "outcome",
+        "error",
+        "summarizer",
+        "policy",
+        "focus",
+        "summarized_seqs",
+        "tokens_before",
+        "tokens_after",
+        "messages_before",
+        "messages_after",
+        "supersedes",
+        "started_at",
+        "finished_at",
+    },
+    "clear": _UNDOABLE | {"from_seq"},
+    "pin": _UNDOABLE | {"seq"},
+    "evicted_output": frozenset({"ref", "text", "created_at"}),
+    "audit_event": frozenset(
+        {"verb", "actor", "tokens_before", "tokens_after", "data", "created_at"}
+    ),
+}
+_SESSION_FIELDS = frozenset(
+    {"title", "model", "context_window", "policy", "summarizer", "chat_model", "tool_definitions"}
+)
+
+
+def parse_export(text: str) -> ParsedExport:
+    """Read and validate a whole export; BadExport names the first bad line and field."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if len(text.encode("utf-8", "surrogatepass")) > limit:
+        raise Invalid(f"the file is over the {limit:,}-byte limit; nothing stored", field="file")
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines:
+        raise BadExport(1, "", "the file is empty; a ctxhub export starts with its header line")
+    number, first = lines[0]
+    parsed = ParsedExport(session=_header(number, _decode(number, first)))
+    readers: dict[str, Callable[[ParsedExport, _Reader], None]] = {
+        "message": _message,
+        "compaction": _compaction,
+        "clear": _clear,
+        "pin": _pin,
+        "evicted_output": _evicted,
+        "audit_event": _audit,
+    }
+    records_began = False
+    for number, raw in lines[1:]:
+        data = _decode(number, raw)
+        kind = data.get("type")
+        if kind not in readers:
+            known = ", ".join(readers)
+            raise BadExport(number, "type", f"{kind!r} is not a line type ({known})")
+        if kind == "message" and records_began:
+            raise BadExport(number, "type", "a message after the records: messages come first")
+        records_began = records_began or kind != "message"
+        readers[kind](parsed, _Reader(number, data, _FIELDS[kind]))
+    _check_references(parsed)
+    return parsed
+
+
+def _header(number: int, data: dict[str, Any]) -> dict[str, Any]:
+    version = data.get(HEADER_KEY)
+    if version is None:
+        raise BadExport(number, HEADER_KEY, "missing: this is not a ctxhub export header")
+    if version != FORMAT_VERSION:
+        raise BadExport(
+            number,
+            HEADER_KEY,
+            f"version {version!r} is not one this hub reads (it reads {FORMAT_VERSION})",
+        )
+    top = _Reader(number, data, frozenset({HEADER_KEY, "session"}))
+    session = _Reader(number, top.mapping("session"), _SESSION_FIELDS, "session.")
+    model = session.text("model", limit=200, required=True)
+    window = session.integer("context_window", low=1_000, high=10_000_000, optional=True)
+    overrides = session.mapping("policy")
+    try:
+        policy = Policy.model_validate(overrides)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        session.fail(_bracketed(f"policy.{where}" if where else "policy"), error["msg"])
+    # The window it is governed against, as ``session_window`` reads it.
+    own = overrides.get("context_window")
+    governed = own if isinstance(own, int) and own > 0 else window or context_window(model)
+    reason = no_room(policy, governed)
+    if reason is not None:
+        session.fail("policy", reason)
+    return {
+        "title": session.text("title", limit=200, required=True),
+        "model": model,
+        "context_window": window,
+        "policy": overrides,  # as it was, validated: its hub may keep a default spelled out
+        "summarizer": session.text("summarizer", limit=200),
+        "chat_model": session.text("chat_model", limit=200),
+        **tool_fields(_tools(session, session.array("tool_definitions")), model),
+    }
+
+
+def _tools(session: _Reader, items: list[Any]) -> list[dict[str, Any]]:
+    if len(items) > MAX_TOOLS:
+        session.fail("tool_definitions", f"more than {MAX_TOOLS} tools")
+    names: set[str] = set()
+    tools = []
+    for index, item in enumerate(items):
+        where = f"tool_definitions[{index}]"
+        if not isinstance(item, dict):
+            session.fail(where, f"an object is expected, not {_json_type(item)}")
+        where = f"{session.prefix}{where}"
+        tool = _Reader(
+            session.number, item, frozenset({"name", "description", "parameters"}), f"{where}."
+        )
+        name = tool.text("name", limit=200, required=True)
+        if name in names:
+            tool.fail("name", f"a second tool named {name!r}")
+        names.add(name)
+        description = tool.value("description", (str,), "a string", optional=True)
+        tools.append(
+            {"name": name, "description": description, "parameters": tool.mapping("parameters")}
+        )
+    return tools
+
+
+def _message(parsed: ParsedExport, line: _Reader) -> None:
+    seq = line.count("seq")
+    if seq != len(parsed.messages):
+        line.fail("seq", f"#{seq} out of order: the next message is #{len(parsed.messages)}")
+    source = line.text("source", required=True)
+    if source not in MessageSource.values:
+        line.fail("source", f"{source!r} is not one of {', '.join(MessageSource.values)}")
+    line.time("created_at")
+    parsed.messages.append((source, line.message("message")))
+
+
+def _last_seq(parsed: ParsedExport, line: _Reader) -> int:
+    if not parsed.messages:
+        line.fail("type", "a record in a file without messages")
+    return len(parsed.messages) - 1
+
+
+def _undo_fields(line: _Reader) -> dict[str, Any]:
+    line.text("actor")  # for the reader: the people of another hub are not this one's
+    created, undone = line.time("created_at"), line.time("undone_at")
+    if created is not None and undone is not None and undone < created:
+        line.fail("undone_at", "before created_at")
+    return {"created_at": created, "undone_at": undone}
+
+
+def _compaction(parsed: ParsedExport, line: _Reader) -> None:
+    last = _last_seq(parsed, line)
+    first_seq, last_seq = line.seq("first_seq", last), line.seq("last_seq", last)
+    if first_seq > last_seq:
+        line.fail("last_seq", f"#{last_seq} is before first_seq #{first_seq}")
+    replacement: list[Any] = []  # a seq kept, or a message the compaction wrote
+    for index, item in enumerate(line.array("replacement")):
+        where = f"replacement[{index}]"
+        if not isinstance(item, dict) or len(item) != 1 or not {"seq", "message"} & set(item):
+            line.fail(where, 'an object {"seq": n} or {"message": {...}} is expected')
+        if "seq" in item:
+            seq = item["seq"]
+            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_INT:
+                line.fail(f"{where}.seq", "a whole number is expected")
+            if not first_seq <= seq <= last_seq:
+                line.fail(f"{where}.seq", f"#{seq} is outside #{first_seq}..#{last_seq}")
+            replacement.append(seq)
+        else:
+            replacement.append({"message": line.message(f"{where}.message", item["message"])})
+    summarized = line.array("summarized_seqs")
+    for index, seq in enumerate(summarized):
+        if not isinstance(seq, int) or isinstance(seq, bool) or not first_seq <= seq <= last_seq:
+            line.fail(f"summarized_seqs[{index}]", f"not a seq in #{first_seq}..#{last_seq}")
+    supersedes = line.integer("supersedes", optional=True)
+    if supersedes is not None and supersedes >= len(parsed.compactions):
+        line.fail("supersedes", f"no earlier compaction {supersedes} in this file")
+    summary_message = line.message("summary_message")
+    parsed.compactions.append(
+        _Record(
+            line.number,
+            {
+                "first_seq": first_seq,
+                "last_seq": last_seq,
+                "replacement": replacement,
+                "summary": line.text("summary"),
+                "summary_message": summary_message,
+                "ledger": line.array("ledger"),
+                "outcome": line.text("outcome", limit=16, required=True),
+                "error": line.text("error"),
+                "summarizer": line.text("summarizer", limit=200),
+                "policy": line.mapping("policy"),
+                "focus": line.text("focus"),
+                "summarized_seqs": summarized,
+                "tokens_before": line.count("tokens_before"),
+                "tokens_after": line.count("tokens_after"),
+                "messages_before": line.count("messages_before"),
+                "messages_after": line.count("messages_after"),
+                "supersedes": supersedes,
+                "started_at": line.time("started_at"),
+                "finished_at": line.time("finished_at"),
+                **_undo_fields(line),
+            },
+        )
+    )
+
+
+def _clear(parsed: ParsedExport, line: _Reader) -> None:
+    last = _last_seq(parsed, line)
+    from_seq = line.seq("from_seq", last, upto=last + 1)
+    if from_seq == 0:
+        line.fail("from_seq", "a clear starts after at least one message")
+    parsed.clears.append(_Record(line.number, {"from_seq": from_seq, **_undo_fields(line)}))
+
+
+def _pin(parsed: ParsedExport, line: _Reader) -> None:
+    seq = line.seq("seq", _last_seq(parsed, line))
+    fields = {"seq": seq, **_undo_fields(line)}
+    if fields["undone_at"] is None and any(
+        p.fields["seq"] == seq and p.fields["undone_at"] is None for p in parsed.pins
+    ):
+        line.fail("seq", f"message #{seq} is pinned twice (an active pin per message)")
+    parsed.pins.append(_Record(line.number, fields))
+
+
+def _evicted(parsed: ParsedExport, line: _Reader) -> None:
+    ref = line.text("ref", required=True)
+    if not EVICTED_REF.fullmatch(ref):
+        line.fail("ref", f"{ref[:80]!r} is not an evicted output reference (ev_ and hex)")
+    if any(e.fields["ref"] == ref for e in parsed.evicted):
+        line.fail("ref", f"a second output under {ref}")
+    fields = {"ref": ref, "text": line.text("text"), "created_at": line.time("created_at")}
+    parsed.evicted.append(_Record(line.number, fields))
+
+
+def _audit(parsed: ParsedExport, line: _Reader) -> None:
+    line.text("actor")
+    fields = {
+        "verb": line.text("verb", limit=64, required=True),
+        "tokens_before": line.integer("tokens_before", optional=True),
+        "tokens_after": line.integer("tokens_after", optional=True),
+        "data": line.mapping("data"),
+        "created_at": line.time("created_at"),
+    }
+    parsed.audit.append(_Record(line.number, fields))
+
+
+def _check_references(parsed: ParsedExport) -> None:
+    """An audit event's records (named by ordinal) are in the file: checked once all are read,
+    since the records of each type follow those of the types before."""
+    counts = {
+        "compaction": len(parsed.compactions),
+        "clear": len(parsed.clears),
+        "pin": len(parsed.pins),
+    }
+    for event in parsed.audit:
+        for kind in REFERENCES:
+            value = event.fields["data"].get(kind)
+            if value is None or isinstance(value, bool) or not isinstance(value, int):
+                continue
+            if not 0 <= value < counts[kind]:
+                raise BadExport(event.line, f"data.{kind}", f"no {kind} {value} in this file")
+
+
+# --- import: writing -----------------------------------------------------------------------
+
+
+def import_session(text: str, owner: Any) -> AgentSession:
+    """A new session of ``owner`` made from an export: validated whole (``parse_export``),
+    then written in one transaction."""
+    return write_import(parse_export(text), owner)
+
+
+def _dated(row: models.Model, when: datetime | None) -> None:
+    """Give a record the time it was made on its hub (``auto_now_add`` stamps the import's):
+    the newest record is the one that applies, so the order must be the original's. Only the
+    stamp is written, past the records' append-only ``save``."""
+    if when is not None:
+        type(row)._default_manager.filter(pk=row.pk).update(created_at=when)
+
+
+def write_import(parsed: ParsedExport, owner: Any) -> AgentSession:
+    with transaction.atomic():
+        session = AgentSession.objects.create(owner=owner, **parsed.session)
+        # The normal append path: this hub counts the tokens and facts and hashes the payloads.
+        # One call per run of messages from one source, so each keeps where it came from.
+        for source, run in groupby(parsed.messages, key=lambda item: item[0]):
+            append_messages(
+                session, [message for _, message in run], source=source, auto_compact=False
+            )
+        tokenizer = tokenizer_for(session.model)
+        ids: dict[str, list[int]] = {"compaction": [], "clear": [], "pin": []}
+        for record in parsed.compactions:
+            fields = dict(record.fields)
+            created = fields.pop("created_at")
+            supersedes = fields.pop("supersedes")
+            items: list[dict[str, Any]] = []
+            for item in fields.pop("replacement"):
+                if isinstance(item, int):
+                    items.append({"seq": item})
+                    continue
+                message = item["message"]
+                items.append(
+                    {
+                        "message": storable_payload(message),
+                        "facts": message_facts(message, tokenizer).to_json(),
+                        "encoding": tokenizer.encoding_name,
+                    }
+                )
+            compaction = Compaction.objects.create(
+                session=session,
+                replacement=items,
+                summary_message=storable_payload(fields.pop("summary_message")),
+                supersedes_id=None if supersedes is None else ids["compaction"][supersedes],
+                **fields,
+            )
+            _dated(compaction, created)
+            ids["compaction"].append(compaction.pk)
+        for kind, model, records in (
+            ("clear", Clear, parsed.clears),
+            ("pin", Pin, parsed.pins),
+        ):
+            for record in records:
+                fields = dict(record.fields)
+                created = fields.pop("created_at")
+                row = model._default_manager.create(session=session, **fields)
+                _dated(row, created)
+                ids[kind].append(row.pk)
+        for record in parsed.evicted:
+            fields = dict(record.fields)
+            created = fields.pop("created_at")
+            evicted = EvictedOutput.objects.create(
+                session=session, tokens=tokenizer.count(fields["text"]), **fields
+            )
+            _dated(evicted, created)
+        for record in parsed.audit:
+            fields = dict(record.fields)
+            created = fields.pop("created_at")
+            data = dict(fields.pop("data"))
+            for kind in REFERENCES:
+                value = data.get(kind)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    data[kind] = ids[kind][value]
+            event = AuditEvent.objects.create(session=session, data=data, **fields)
+            _dated(event, created)
+    return session
+
+
+# --- Markdown ------------------------------------------------------------------------------
+
+CUT_AT = 2_000
+"""Characters of a long tool output or argument a transcript shows; the rest is cut, said."""
+
+
+def _fenced(text: str, language: str = "") -> str:
+    """A code block no backtick run inside the text can close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
+def _cut(text: str) -> str:
+    if len(text) <= CUT_AT:
+        return text
+    return f"{text[:CUT_AT]}\n… [cut: {len(text) - CUT_AT:,} more characters]"
+
+
+def _part_lines(part: Any) -> list[str]:
+    if isinstance(part, SystemPromptPart):
+        return ["**system prompt:**", "", _fenced(_cut(part.content))]
+    if isinstance(part, UserPromptPart):
+        content = part.content if isinstance(part.content, str) else str(part.content)
+        return ["**user:**", "", _fenced(_cut(content))]
+    if isinstance(part, ToolReturnPart):
+        head = f"**tool result** `{part.tool_name}` (`{part.tool_call_id}`):"
+        return [head, "", _fenced(_cut(part.model_response_str()))]
+    if isinstance(part, RetryPromptPart):
+        head = f"**retry** `{part.tool_name or ''}` (`{part.tool_call_id}`):"
+        return [head, "", _fenced(_cut(part.model_response()))]
+    if isinstance(part, TextPart):
+        return ["**assistant:**", "", _fenced(_cut(part.content))]
+    if isinstance(part, ThinkingPart):
+        return ["**thinking:**", "", _fenced(_cut(part.content))]
+    if isinstance(part, ToolCallPart):
+        head = f"**tool call** `{part.tool_name}` (`{part.tool_call_id}`):"
+        return [head, "", _fenced(_cut(part.args_as_json_str()), "json")]
+    return [f"**{getattr(part, 'part_kind', type(part).__name__)}**"]
+
+
+def export_markdown(session: AgentSession) -> Iterator[str]:
+    """A transcript to read: each message with its seq, what it holds, and the records."""
+    window = session.context_window or context_window(session.model)
+    yield f"# {session.title}\n\n"
+    yield f"- Model: `{session.model}`, window {window:,} tokens\n"
+    yield f"- Policy: `{json.dumps(session.policy or {}, sort_keys=True)}`\n\n"
+    yield "## Messages\n\n"
+    rows = session.messages.order_by("seq").only("seq", "kind", "source", "payload", "tokens")
+    for row in rows.iterator(chunk_size=200):
+        message = row.message
+        role = "request" if isinstance(message, ModelRequest) else "response"
+        yield f"### #{row.seq} · {role} · {row.tokens:,} tokens · {row.source}\n\n"
+        for part in message.parts:
+            yield "\n".join(_part_lines(part)) + "\n\n"
+    yield "## Records\n\n"
+    said = False
+    for c in Compaction.objects.filter(session=session).order_by("created_at", "id"):
+        said = True
+        state = "undone" if c.undone_at else "active"
+        yield (
+            f"- Compaction of #{c.first_seq}\N{EN DASH}#{c.last_seq} ({c.outcome}, {state}), "
+            f"{c.tokens_before:,} → {c.tokens_after:,} tokens, {c.created_at:%Y-%m-%d %H:%M}\n\n"
+        )
+        yield _indented(_fenced(_cut(c.summary))) + "\n\n"
+    for clear in Clear.objects.filter(session=session).order_by("created_at", "id"):
+        said = True
+        state = "undone" if clear.undone_at else "active"
+        yield f"- Clear from #{clear.from_seq} ({state}), {clear.created_at:%Y-%m-%d %H:%M}\n"
+    for pin in Pin.objects.filter(session=session).order_by("created_at", "id"):
+        said = True
+        state = "unpinned" if pin.undone_at else "pinned"
+        yield f"- Pin of #{pin.seq} ({state}), {pin.created_at:%Y-%m-%d %H:%M}\n"
+    evicted = EvictedOutput.objects.filter(session=session).order_by("created_at", "id")
+    for output in evicted.only("ref", "tokens", "created_at"):
+        said = True
+        yield f"- Evicted output `{output.ref}`: {output.tokens:,} tokens kept in full\n"
+    events = AuditEvent.objects.filter(session=session).order_by("created_at", "id")
+    for event in events.select_related("actor"):
+        said = True
+        who = event.actor.get_username() if event.actor else "—"
+        figures = " → ".join(
+            f"{t:,}" if t is not None else "?" for t in (event.tokens_before, event.tokens_after)
+        )
+        yield (
+            f"- {event.created_at:%Y-%m-%d %H:%M} `{event.verb}` by {who} "
+            f"({figures} governed tokens)\n"
+        )
+    if not said:
+        yield "None.\n"
+
+
+def _indented(text: str) -> str:
+    return "\n".join(f"  {line}" if line else "" for line in text.splitlines())

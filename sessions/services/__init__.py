@@ -13,6 +13,7 @@ from sessions.services.compaction import (
     request_compaction,
 )
 from sessions.services.errors import Conflict, Invalid, NotFound, ServiceError
+from sessions.services.fork import fork_session as fork_session
 from sessions.services.governed import (
     GovernedContext,
     governed_context,

@@ -133,7 +133,17 @@ class _Call[T]:
     parse: Callable[[Any], T]
     params: dict[str, Any] = field(default_factory=dict)
     body: Any = None
+    """JSON; a string is sent as it is (an export's text)."""
     headers: dict[str, str] = field(default_factory=dict)
+    text: bool = False
+    """The answer is text (an export), not JSON."""
+
+    def arguments(self) -> dict[str, Any]:
+        sent = {"content": self.body} if isinstance(self.body, str) else {"json": self.body}
+        return {"params": self.params, "headers": self.headers, **sent}
+
+    def answer(self, response: httpx.Response) -> T:
+        return self.parse(response.text if self.text else response.json())
 
 
 def _dump(messages: Sequence[ModelMessage]) -> list[Any]:
@@ -244,6 +254,16 @@ def _preview(session_id: uuid.UUID | str, focus: str) -> _Call[dict[str, Any]]:
     return _Call("POST", f"/sessions/{session_id}/compactions", dict, body=body)
 
 
+def _export(session_id: uuid.UUID | str, format: str) -> _Call[str]:
+    params = {"format": format}
+    return _Call("GET", f"/sessions/{session_id}/export", str, params=params, text=True)
+
+
+def _import(text: str) -> _Call[Session]:
+    headers = {"Content-Type": "application/x-ndjson"}
+    return _Call("POST", "/sessions/import", Session.model_validate, body=text, headers=headers)
+
+
 def _error(response: httpx.Response) -> HubError:
     try:
         body = response.json()["error"]
@@ -333,15 +353,13 @@ class Hub:
         while True:
             response: httpx.Response | None = None
             try:
-                response = self._http.request(
-                    call.method, call.path, params=call.params, json=call.body, headers=call.headers
-                )
+                response = self._http.request(call.method, call.path, **call.arguments())
             except httpx.TransportError:
                 if attempt >= self._settings.max_retries:
                     raise
             else:
                 if response.status_code < 400:
-                    return call.parse(response.json())
+                    return call.answer(response)
                 if (
                     response.status_code not in RETRIED_STATUSES
                     or attempt >= self._settings.max_retries
@@ -428,6 +446,15 @@ class Hub:
     def job(self, job_id: uuid.UUID | str) -> Job:
         return self._send(_Call("GET", f"/jobs/{job_id}", Job.model_validate))
 
+    def export_session(self, session_id: uuid.UUID | str, format: str = "jsonl") -> str:
+        """The session as a file: ``jsonl`` (its log and records; ``import_session`` reads it
+        back) or a ``markdown`` transcript."""
+        return self._send(_export(session_id, format))
+
+    def import_session(self, text: str) -> Session:
+        """A new session of the key's owner from an export's JSONL text."""
+        return self._send(_import(text))
+
 
 class AsyncHub:
     """The asynchronous client (what ``RemoteGovernor`` uses)."""
@@ -463,15 +490,13 @@ class AsyncHub:
         while True:
             response: httpx.Response | None = None
             try:
-                response = await self._http.request(
-                    call.method, call.path, params=call.params, json=call.body, headers=call.headers
-                )
+                response = await self._http.request(call.method, call.path, **call.arguments())
             except httpx.TransportError:
                 if attempt >= self._settings.max_retries:
                     raise
             else:
                 if response.status_code < 400:
-                    return call.parse(response.json())
+                    return call.answer(response)
                 if (
                     response.status_code not in RETRIED_STATUSES
                     or attempt >= self._settings.max_retries
@@ -561,6 +586,12 @@ class AsyncHub:
 
     async def job(self, job_id: uuid.UUID | str) -> Job:
         return await self._send(_Call("GET", f"/jobs/{job_id}", Job.model_validate))
+
+    async def export_session(self, session_id: uuid.UUID | str, format: str = "jsonl") -> str:
+        return await self._send(_export(session_id, format))
+
+    async def import_session(self, text: str) -> Session:
+        return await self._send(_import(text))
 
 
 # --- the remote capability ---------------------------------------------------------------------

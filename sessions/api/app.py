@@ -114,6 +114,7 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(exc.status_code, "bad_request", str(exc))
 
 
+api.add_router("", "sessions.api.routes.transfer.router")  # before /sessions/{id} takes "import"
 api.add_router("", session_routes.router)
 api.add_router("", messages.router)
 api.add_router("", context.router)

@@ -254,6 +254,24 @@ def _preview(session_id: uuid.UUID | str, focus: str) -> _Call[dict[str, Any]]:
     return _Call("POST", f"/sessions/{session_id}/compactions", dict, body=body)
 
 
+def _fork(
+    session_id: uuid.UUID | str,
+    seq: int,
+    title: str | None,
+    model: str | None,
+    policy: dict[str, Any] | None,
+) -> _Call[Session]:
+    body = {"seq": seq, **_params(title=title, model=model, policy=policy)}
+    # Made once per fork and sent again with each of its retries: a retry makes no second fork.
+    return _Call(
+        "POST",
+        f"/sessions/{session_id}/fork",
+        Session.model_validate,
+        body=body,
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+
+
 def _export(session_id: uuid.UUID | str, format: str) -> _Call[str]:
     params = {"format": format}
     return _Call("GET", f"/sessions/{session_id}/export", str, params=params, text=True)
@@ -443,6 +461,19 @@ class Hub:
     def compact(self, session_id: uuid.UUID | str, *, focus: str = "") -> Job:
         return self._send(_compact(session_id, focus))
 
+    def fork(
+        self,
+        session_id: uuid.UUID | str,
+        seq: int,
+        *,
+        title: str | None = None,
+        model: str | None = None,
+        policy: dict[str, Any] | None = None,
+    ) -> Session:
+        """A new session whose log is this one's up to and including message ``seq``, with
+        the records over it: to go on from there under another policy, model or prompt."""
+        return self._send(_fork(session_id, seq, title, model, policy))
+
     def job(self, job_id: uuid.UUID | str) -> Job:
         return self._send(_Call("GET", f"/jobs/{job_id}", Job.model_validate))
 
@@ -583,6 +614,18 @@ class AsyncHub:
 
     async def compact(self, session_id: uuid.UUID | str, *, focus: str = "") -> Job:
         return await self._send(_compact(session_id, focus))
+
+    async def fork(
+        self,
+        session_id: uuid.UUID | str,
+        seq: int,
+        *,
+        title: str | None = None,
+        model: str | None = None,
+        policy: dict[str, Any] | None = None,
+    ) -> Session:
+        """See ``Hub.fork``."""
+        return await self._send(_fork(session_id, seq, title, model, policy))
 
     async def job(self, job_id: uuid.UUID | str) -> Job:
         return await self._send(_Call("GET", f"/jobs/{job_id}", Job.model_validate))

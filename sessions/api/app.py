@@ -119,6 +119,7 @@ api.add_router("", session_routes.router)
 api.add_router("", messages.router)
 api.add_router("", context.router)
 api.add_router("", records.router)
+api.add_router("", "sessions.api.routes.fork.router")
 
 
 def urls() -> tuple[list[Any], str, str]:

@@ -42,6 +42,7 @@ urlpatterns = [
     path("sessions/<uuid:pk>/messages/", views.messages, name="messages"),
     path("sessions/<uuid:pk>/messages/<seq:seq>/", views.message_detail, name="message"),
     path("sessions/<uuid:pk>/messages/<seq:seq>/sent/", views.message_sent, name="sent"),
+    path("sessions/<uuid:pk>/messages/<seq:seq>/fork/", views.fork, name="fork"),
     path("sessions/<uuid:pk>/evicted/<str:ref>/", views.evicted, name="evicted"),
     path("sessions/<uuid:pk>/requests/<seq:number>/", views.sent_request, name="sent-request"),
     path("sessions/<uuid:pk>/recount/", views.recount, name="recount"),

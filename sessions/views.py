@@ -316,6 +316,26 @@ def recount(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
     return render(request, "sessions/_job_status.html", {"outcome": outcome})
 
 
+@require_POST
+def fork(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> HttpResponse:
+    """Fork the session at a message into a new session of the user's (staff forking another's
+    session they can see get their own), and open it."""
+    session = visible_session(request.user, pk)
+    try:
+        made = services.fork_session(session, seq, actor=request.user)
+    except services.ServiceError as error:
+        return render(
+            request,
+            "sessions/_refused.html",
+            {"message": error.message, "field": error.field},
+            status=422,
+        )
+    url = made.get_absolute_url()
+    if request.htmx:
+        return HttpResponse(status=204, headers={"HX-Redirect": url})
+    return redirect(url)
+
+
 @login_not_required
 @require_GET
 def healthz(request: HttpRequest) -> HttpResponse:

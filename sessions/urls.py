@@ -46,6 +46,8 @@ urlpatterns = [
     path("sessions/<uuid:pk>/evicted/<str:ref>/", views.evicted, name="evicted"),
     path("sessions/<uuid:pk>/requests/<seq:number>/", views.sent_request, name="sent-request"),
     path("sessions/<uuid:pk>/recount/", views.recount, name="recount"),
+    path("sessions/<uuid:pk>/export/", views.export, name="export"),
+    path("sessions/import/", views.import_session, name="import"),
     path("sessions/<uuid:pk>/compact/preview/", controls.compaction_preview, name="preview"),
     path("sessions/<uuid:pk>/compact/", controls.compact, name="compact"),
     path(

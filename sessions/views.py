@@ -10,12 +10,19 @@ from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sessions import services, tasks
 from sessions.access import changeable_session, may_change, visible_session
+from sessions.api.routes import transfer as transfer_routes
 from sessions.chat.turns import running_turn
 from sessions.chat.views import chat_context
 from sessions.consumers_report import top_consumers
@@ -23,6 +30,7 @@ from sessions.history import UnreadableMessage, record_state
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message, SentRequest
 from sessions.presenters import present_message, present_part, present_sent
+from sessions.services import transfer
 from sessions.services.fleet import SORTS, fleet
 from sessions.services.sending import GOVERNOR_ACTIONS
 from sessions.trajectory import trajectory
@@ -334,6 +342,41 @@ def fork(request: AuthenticatedHttpRequest, pk: UUID, seq: int) -> HttpResponse:
     if request.htmx:
         return HttpResponse(status=204, headers={"HX-Redirect": url})
     return redirect(url)
+
+
+@require_GET
+def export(request: AuthenticatedHttpRequest, pk: UUID) -> StreamingHttpResponse:
+    """The session as a download: its JSONL export, or (``?format=markdown``) a transcript."""
+    session = visible_session(request.user, pk)
+    return transfer_routes.export_response(session, request.GET.get("format", "jsonl"))
+
+
+@require_POST
+def import_session(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """A new session of the user from an uploaded export; a bad file is shown on the fleet
+    page, naming its line, and nothing is stored."""
+    upload = request.FILES.get("file")
+    try:
+        if upload is None:
+            raise services.Invalid("choose an export file (.jsonl) to import", field="file")
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if upload.size is not None and upload.size > limit:
+            raise services.Invalid(f"the file is over the {limit:,}-byte limit", field="file")
+        try:
+            text = upload.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise services.Invalid(f"not UTF-8 text (byte {exc.start})", field="file") from None
+        session = transfer.import_session(text, request.user)
+    except services.ServiceError as error:
+        context = {
+            "rows": fleet(request.user, query="", sort="fullest"),
+            "sort": "fullest",
+            "sorts": SORTS,
+            "chat_model": settings.CTXHUB_CHAT_MODEL,
+            "import_error": error.message,
+        }
+        return render(request, "sessions/list.html", context, status=422)
+    return redirect(session)
 
 
 @login_not_required

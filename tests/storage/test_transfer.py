@@ -9,7 +9,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from sessions import services
@@ -300,3 +300,23 @@ def test_the_markdown_transcript_shows_messages_and_records() -> None:
     pinned = Pin.objects.get(session=session).seq
     assert f"- Pin of #{pinned} (pinned)" in text
     assert "- Evicted output `ev_" in text
+
+
+def test_the_commands_export_and_import(alice: Any, tmp_path: Any) -> None:
+    session = next(s for s in _demo_sessions(compacted=False) if s.title == TOUR.title)
+    path = tmp_path / "tour.jsonl"
+    call_command("export_session", str(session.pk), "-o", str(path), stderr=StringIO())
+    out = StringIO()
+    call_command("import_session", str(path), "--owner", "alice", stdout=out)
+    copy = AgentSession.objects.get(owner=alice)
+    assert f"as session {copy.pk} ({session.messages.count()} messages)" in out.getvalue()
+    assert _comparable(export_jsonl(copy)) == _comparable(path.read_text())
+    markdown = StringIO()
+    call_command("export_session", str(copy.pk), "--format", "markdown", stdout=markdown)
+    assert markdown.getvalue().startswith(f"# {TOUR.title}\n")
+
+    path.write_text(path.read_text().replace('"ctxhub_export":1', '"ctxhub_export":7'))
+    with pytest.raises(CommandError, match="line 1: ctxhub_export: version 7"):
+        call_command("import_session", str(path), "--owner", "alice")
+    with pytest.raises(CommandError, match="no session nonsense"):
+        call_command("export_session", "nonsense")

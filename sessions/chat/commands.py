@@ -1,9 +1,10 @@
 """Slash commands typed in the chat, through the same services as the dashboard's buttons.
 
-``/compact [focus]``, ``/clear``, ``/history``, ``/context``, ``/pin [#seq]``, ``/unpin #seq``
-and ``/help``. A command is never sent to the model and never written to the log: what it
-changes is a record over the log (audited and pushed to every page, as a button's change is),
-and what it answers is a note in the chat of the page that typed it.
+``/compact [focus]``, ``/clear``, ``/history``, ``/context``, ``/pin [#seq]``, ``/unpin #seq``,
+``/fork [#seq]`` and ``/help``. A command is never sent to the model and never written to the
+log: what it changes is a record over the log (audited and pushed to every page, as a button's
+change is), or, for ``/fork``, a new session (the one typed in is left as it was); what it
+answers is a note in the chat of the page that typed it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ HELP = {
     "/context": "what the next request carries, by category, and its top consumers",
     "/pin [#seq]": "keep a message verbatim (default: your latest message)",
     "/unpin #seq": "stop keeping a message verbatim",
+    "/fork [#seq]": (
+        "a new session with the log up to a message (default: the latest) and the records "
+        "over it, to go on from there another way"
+    ),
     "/help": "this list",
 }
 
@@ -43,6 +48,8 @@ class Note:
     command: str
     text: str
     lines: list[str] = field(default_factory=list)
+    link: tuple[str, str] | None = None
+    """Where the answer leads, and the words of the link."""
 
 
 def is_command(text: str) -> bool:
@@ -148,6 +155,22 @@ def _unpin(session: AgentSession, actor: Any, argument: str) -> Note:
     return Note("unpin", f"Unpinned message #{seq}.")
 
 
+def _fork(session: AgentSession, actor: Any, argument: str) -> Note:
+    if argument:
+        seq = _seq(argument)
+    else:
+        last = session.messages.order_by("-seq").values_list("seq", flat=True).first()
+        if last is None:
+            raise NotFound("there is no message to fork at yet", field="prompt")
+        seq = last
+    made = services.fork_session(session, seq, actor=actor)
+    return Note(
+        "fork",
+        f"Forked at message #{seq} into a new session; this one goes on as it was.",
+        link=(made.get_absolute_url(), made.title),
+    )
+
+
 def _help(session: AgentSession, actor: Any, argument: str) -> Note:
     return Note("help", "Commands:", [f"{name} — {what}" for name, what in HELP.items()])
 
@@ -159,5 +182,6 @@ _COMMANDS = {
     "context": _context,
     "pin": _pin,
     "unpin": _unpin,
+    "fork": _fork,
     "help": _help,
 }

@@ -133,3 +133,33 @@ def test_help_lists_every_command(session: Any, alice: Any) -> None:
     note = commands.run(session, alice, "/help")
     for name in ("/compact", "/clear", "/history", "/context", "/pin", "/unpin"):
         assert any(line.startswith(name) for line in note.lines)
+
+
+def test_fork_at_the_latest_message_or_the_one_named(session: Any, alice: Any) -> None:
+    from django.template.loader import render_to_string
+
+    from sessions.models import AgentSession, Message
+
+    last = Message.objects.filter(session=session).count() - 1
+    services.pin(session, 2)
+    note = commands.run(session, alice, "/fork")
+    latest = AgentSession.objects.get(title=f"Long (fork at #{last})")
+    assert note.command == "fork"
+    assert f"#{last}" in note.text
+    assert note.link == (latest.get_absolute_url(), latest.title)
+    assert Message.objects.filter(session=latest).count() == last + 1
+    assert list(Pin.objects.filter(session=latest).values_list("seq", flat=True)) == [2]
+    html = render_to_string("sessions/_chat_note.html", {"note": note})
+    assert f'href="{latest.get_absolute_url()}"' in html
+
+    note = commands.run(session, alice, "/fork #12")
+    named = AgentSession.objects.get(title="Long (fork at #12)")
+    assert note.link == (named.get_absolute_url(), named.title)
+    assert Message.objects.filter(session=named).count() == 13
+    assert Message.objects.filter(session=session).count() == last + 1  # the original stays
+    assert AuditEvent.objects.filter(session=session, verb="fork").count() == 2
+    assert any(line.startswith("/fork") for line in commands.run(session, alice, "/help").lines)
+    with pytest.raises(Invalid, match="must be from 0 to"):
+        commands.run(session, alice, f"/fork #{last + 1}")
+    with pytest.raises(NotFound, match="no message to fork"):
+        commands.run(make_session(alice), alice, "/fork")

@@ -9,11 +9,12 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from sessions import services
-from sessions.demo import TOUR
+from sessions.demo import TOUR, TOUR_PINNED_REQUEST, TOUR_POLICY, tour_messages
 from sessions.models import (
     AgentSession,
     AuditEvent,
@@ -54,13 +55,13 @@ def _comparable(text: str) -> list[dict[str, Any]]:
     return lines
 
 
-def _demo_sessions(*, compacted: bool = True) -> list[AgentSession]:
+def _demo_sessions() -> list[AgentSession]:
     """The demo sessions, the one with a small window compacted twice (the second compaction
     taking in the first's summary)."""
     call_command("seed_demo", stdout=StringIO())
     sessions = list(AgentSession.objects.filter(owner__username="demo").order_by("title"))
     small = next(s for s in sessions if s.context_window)
-    if compacted and not Compaction.objects.filter(session=small).exists():
+    if not Compaction.objects.filter(session=small).exists():
         services.request_compaction(small)  # eager: done when it returns
         services.request_compaction(small, focus="the gateway")
     return sessions
@@ -99,7 +100,7 @@ def test_every_demo_session_comes_back_governing_the_same(alice: Any) -> None:
 
 
 def test_a_clear_undone_records_and_an_unpin_come_back(alice: Any) -> None:
-    session = next(s for s in _demo_sessions(compacted=False) if s.title == TOUR.title)
+    session = _tour()
     pinned = Pin.objects.get(session=session).seq
     services.unpin(session, pinned)
     services.pin(session, pinned)
@@ -138,8 +139,20 @@ def test_compactions_refer_to_each_other_by_position(alice: Any) -> None:
     assert then.supersedes_id == first.pk
 
 
+def _tour() -> AgentSession:
+    """The demo's tour alone (seeding every demo session takes a while): a message pinned,
+    outputs evicted once governed."""
+    owner = get_user_model().objects.get_or_create(username="demo")[0]
+    session = AgentSession.objects.create(
+        owner=owner, title=TOUR.title, model=TOUR.model, policy=TOUR_POLICY
+    )
+    rows = services.append_messages(session, tour_messages(), auto_compact=False)
+    services.pin(session, next(r.seq for r in rows if TOUR_PINNED_REQUEST in str(r.payload)))
+    return session
+
+
 def _small_export() -> list[str]:
-    session = next(s for s in _demo_sessions(compacted=False) if s.title == TOUR.title)
+    session = _tour()
     services.governed_context(session)
     return export_jsonl(session).splitlines()
 
@@ -288,7 +301,7 @@ def test_a_file_over_the_upload_limit_is_refused(alice: Any, settings: Any) -> N
 
 
 def test_the_markdown_transcript_shows_messages_and_records() -> None:
-    session = next(s for s in _demo_sessions(compacted=False) if s.title == TOUR.title)
+    session = _tour()
     services.governed_context(session)
     text = "".join(export_markdown(session))
     assert text.startswith(f"# {TOUR.title}\n")
@@ -303,7 +316,7 @@ def test_the_markdown_transcript_shows_messages_and_records() -> None:
 
 
 def test_the_commands_export_and_import(alice: Any, tmp_path: Any) -> None:
-    session = next(s for s in _demo_sessions(compacted=False) if s.title == TOUR.title)
+    session = _tour()
     path = tmp_path / "tour.jsonl"
     call_command("export_session", str(session.pk), "-o", str(path), stderr=StringIO())
     out = StringIO()

@@ -19,8 +19,9 @@ third pin), never by a database id, which means nothing to another hub.
 What is derived is left out and made again by the hub that imports: tokens, facts and hashes
 (the messages go through the normal append path), the facts of a compaction's own messages,
 an evicted output's tokens. Not carried: the people who acted (``actor`` is written for the
-reader; imported records have none), compaction jobs, and the requests sent with the
-Governor's state (an imported session's next request is a new start).
+reader; imported records have none), when each message was appended (the import appends it
+now; records keep their times), compaction jobs, and the requests sent with the Governor's
+state (an imported session's next request is a new start).
 
 Importing validates every line before anything is written, then writes one transaction: a new
 session, owned by the importer, never one that exists.
@@ -33,7 +34,7 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import groupby
 from typing import Any, NoReturn
 
@@ -43,6 +44,7 @@ from pydantic import ValidationError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
+    ModelResponse,
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
@@ -362,7 +364,10 @@ class _Reader:
             self.fail(name, f"{value!r} is not a date and time (ISO 8601)")
         if when.tzinfo is None:
             self.fail(name, "a date and time with its time zone is expected")
-        return when
+        try:
+            return when.astimezone(UTC)  # as stored; a time at the calendar's edge overflows
+        except OverflowError:
+            self.fail(name, f"{value!r} is out of range")
 
     def mapping(self, name: str) -> dict[str, Any]:
         return self.value(name, (dict,), "an object", optional=False)  # type: ignore[no-any-return]
@@ -376,10 +381,14 @@ class _Reader:
         if not isinstance(given, dict):
             self.fail(name, f"a message object is expected, not {_json_type(given)}")
         try:
-            return _valid_message(given)
+            message = _valid_message(given)
         except InvalidPayload as exc:
             first = exc.errors[0]
             self.fail(_bracketed(f"{name}.{first.path}" if first.path else name), first.message)
+        # A response's reported input tokens are kept in an integer column beside it.
+        if isinstance(message, ModelResponse) and message.usage.input_tokens > MAX_INT:
+            self.fail(f"{name}.usage.input_tokens", f"is over {MAX_INT:,}, more than is stored")
+        return message
 
     def seq(self, name: str, last: int, *, upto: int | None = None) -> int:
         """A seq of a message in the file (``upto``: or up to that, for a clear's start)."""
@@ -628,7 +637,7 @@ def _pin(parsed: ParsedExport, line: _Reader) -> None:
 
 
 def _evicted(parsed: ParsedExport, line: _Reader) -> None:
-    ref = line.text("ref", required=True)
+    ref = line.text("ref", limit=64, required=True)
     if not EVICTED_REF.fullmatch(ref):
         line.fail("ref", f"{ref[:80]!r} is not an evicted output reference (ev_ and hex)")
     if any(e.fields["ref"] == ref for e in parsed.evicted):

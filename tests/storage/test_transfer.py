@@ -227,6 +227,23 @@ def test_a_number_too_large_is_refused(alice: Any) -> None:
     assert str(error).startswith("line 3: not JSON: the number 1e999 is not a finite number")
 
 
+def test_a_reported_usage_beyond_what_is_stored_is_named(alice: Any) -> None:
+    lines = _small_export()
+    number = next(n for n, line in enumerate(lines, 1) if '"kind":"response"' in line)
+    line = json.loads(lines[number - 1])
+    line["message"]["usage"] = {"input_tokens": 10**15}
+    error = _refused(_with(lines, number, json.dumps(line)), alice)
+    assert str(error).startswith(f"line {number}: message.usage.input_tokens: is over")
+
+
+def test_a_time_out_of_range_is_named(alice: Any) -> None:
+    lines = _small_export()
+    line = json.loads(lines[2])
+    line["created_at"] = "9999-12-31T23:59:59-23:00"
+    error = _refused(_with(lines, 3, json.dumps(line)), alice)
+    assert str(error) == "line 3: created_at: '9999-12-31T23:59:59-23:00' is out of range"
+
+
 def test_an_invalid_message_is_named(alice: Any) -> None:
     lines = _small_export()
     line = json.loads(lines[2])

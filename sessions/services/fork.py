@@ -152,13 +152,23 @@ def fork_session(
             session=session,
             actor=actor,
             verb="fork",
-            data={"seq": seq, "fork": str(fork.pk), "title": fork.title},
+            data={
+                "seq": seq,
+                "fork": str(fork.pk),
+                "title": fork.title,
+                "text": f"forked at #{seq} into {fork.title!r} ({fork.pk})",
+            },
         )
         AuditEvent.objects.create(
             session=fork,
             actor=actor,
             verb="forked",
-            data={"seq": seq, "source": str(session.pk), "title": session.title},
+            data={
+                "seq": seq,
+                "source": str(session.pk),
+                "title": session.title,
+                "text": f"forked from {session.title!r} ({session.pk}) at #{seq}",
+            },
         )
     if tokenizer_for(new_model).encoding_name != tokenizer_for(session.model).encoding_name:
         recount_tokens(fork)  # the copied counts are the other encoding's

@@ -261,10 +261,20 @@ def test_the_new_session_and_the_audit_trail(built: Built, alice: Any, bob: Any)
         original.tool_definitions,
     )
     said = AuditEvent.objects.get(session=original, verb="fork")
-    assert said.data == {"seq": 23, "fork": str(fork.pk), "title": fork.title}
+    assert said.data == {
+        "seq": 23,
+        "fork": str(fork.pk),
+        "title": fork.title,
+        "text": f"forked at #23 into 'Agentic work (fork at #23)' ({fork.pk})",
+    }
     assert said.actor == bob
     told = AuditEvent.objects.get(session=fork, verb="forked")
-    assert told.data == {"seq": 23, "source": str(original.pk), "title": original.title}
+    assert told.data == {
+        "seq": 23,
+        "source": str(original.pk),
+        "title": original.title,
+        "text": f"forked from 'Agentic work' ({original.pk}) at #23",
+    }
 
     other = services.fork_session(
         original,

@@ -242,7 +242,7 @@ def export_filename(session: AgentSession, extension: str) -> str:
 
 @dataclass
 class _Record:
-    """A validated record line: the model it makes, its fields, where it was read."""
+    """A validated record line: its fields, and the line it was read from."""
 
     line: int
     fields: dict[str, Any]
@@ -375,9 +375,8 @@ class _Reader:
     def array(self, name: str) -> list[Any]:
         return self.value(name, (list,), "an array", optional=False)  # type: ignore[no-any-return]
 
-    def message(self, name: str, value: Any = None) -> ModelMessage:
+    def message(self, name: str, given: Any) -> ModelMessage:
         """A pydantic-ai message, validated as the API validates one."""
-        given = self.data.get(name) if value is None else value
         if not isinstance(given, dict):
             self.fail(name, f"a message object is expected, not {_json_type(given)}")
         try:
@@ -545,7 +544,7 @@ def _message(parsed: ParsedExport, line: _Reader) -> None:
     if source not in MessageSource.values:
         line.fail("source", f"{source!r} is not one of {', '.join(MessageSource.values)}")
     line.time("created_at")
-    parsed.messages.append((source, line.message("message")))
+    parsed.messages.append((source, line.message("message", line.data.get("message"))))
 
 
 def _last_seq(parsed: ParsedExport, line: _Reader) -> int:
@@ -588,7 +587,7 @@ def _compaction(parsed: ParsedExport, line: _Reader) -> None:
     supersedes = line.integer("supersedes", optional=True)
     if supersedes is not None and supersedes >= len(parsed.compactions):
         line.fail("supersedes", f"no earlier compaction {supersedes} in this file")
-    summary_message = line.message("summary_message")
+    summary_message = line.message("summary_message", line.data.get("summary_message"))
     parsed.compactions.append(
         _Record(
             line.number,

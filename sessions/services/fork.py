@@ -103,8 +103,11 @@ def _output_refs(payload: dict[str, Any]) -> set[str]:
     """The references the engine gives the tool outputs of a stored message when it evicts
     them (of their text), and any reference the message quotes."""
     refs = set(_QUOTED_REF.findall(json.dumps(payload, ensure_ascii=False)))
-    if payload.get("kind") != "request":
-        return refs
+    parts = payload.get("parts") or ()
+    if payload.get("kind") != "request" or not any(
+        isinstance(p, dict) and p.get("part_kind") == "tool-return" for p in parts
+    ):
+        return refs  # only tool outputs are evicted: the rest is not parsed
     for part in message_from_payload(payload).parts:
         output = plain_output(part)
         text = tool_output_text(output) if output is not None else None
@@ -130,8 +133,9 @@ def fork_session(
     seq = _checked_seq(session, seq)
     new_model = model or session.model
     new_policy = policy if policy is not None else session_policy(session)
-    window = session.context_window or context_window(new_model)
-    ensure_room(new_policy, window, field="policy" if policy is not None else "model")
+    if policy is not None or model is not None:  # the original's own were checked when set
+        window = session.context_window or context_window(new_model)
+        ensure_room(new_policy, window, field="policy" if policy is not None else "model")
     with transaction.atomic():
         # The source holds still while it is read: appends and records wait for the copy.
         lock_session(session)

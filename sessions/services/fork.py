@@ -25,6 +25,10 @@ with the log ending at the message forked at:
 - the evicted outputs the copied messages and records can reach, so a reference in a copied
   summary, or one the model quoted, still reads back.
 
+The copies are the fork's own records: new ids (the message a clear keeps names the fork's
+clear), made at the fork's time, in the order the originals were made (where records compete,
+the newest winning, the same one wins), and no compaction job behind them.
+
 Undone records are not copied: undoing one gives the view without it, which is exactly the
 fork's view, and a fork starts with records that shape its history, not the original's
 history of changing its mind.

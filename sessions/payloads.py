@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,16 @@ def storable_payload(message: ModelMessage) -> dict[str, Any]:
     bad = bad_text(payload)
     if bad is not None:
         raise InvalidPayload([FieldError(*bad)])
+    # A response's reported input tokens are also kept in an integer column beside it.
+    if isinstance(message, ModelResponse) and message.usage.input_tokens > MAX_STORED_INT:
+        raise InvalidPayload(
+            [FieldError("usage.input_tokens", f"is over {MAX_STORED_INT:,}, more than is stored")]
+        )
     return payload
+
+
+MAX_STORED_INT = 2**31 - 1
+"""The largest value of the database's integer columns."""
 
 
 # What no string of a message, a title or a policy may hold: PostgreSQL's text and JSON have no

@@ -20,6 +20,8 @@ from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import events
 from sessions.models import AgentSession, Message, MessageKind, MessageSource
 from sessions.payloads import (
+    FieldError,
+    InvalidPayload,
     content_hash,
     message_from_payload,
     parse_payload,
@@ -60,6 +62,16 @@ def _build(
     )
 
 
+def _storable(index: int, message: ModelMessage) -> dict[str, Any]:
+    """``storable_payload``, naming the message of the batch a refusal is about."""
+    try:
+        return storable_payload(message)
+    except InvalidPayload as exc:
+        raise InvalidPayload(
+            [FieldError(f"messages[{index}].{e.path}", e.message) for e in exc.errors]
+        ) from None
+
+
 def append_messages(
     session: AgentSession,
     items: Iterable[ModelMessage | Any],
@@ -84,7 +96,7 @@ def append_messages(
     ]
     if not messages:
         return []
-    payloads = [storable_payload(m) for m in messages]  # refused before anything is written
+    payloads = [_storable(index, m) for index, m in enumerate(messages)]  # before any write
     # Counted as stored: read back from its payload, each message is the one every later reader
     # (the history, a recount) loads and counts (pydantic-ai loads a legacy part as its successor).
     messages = [message_from_payload(payload) for payload in payloads]

@@ -44,7 +44,6 @@ from pydantic import ValidationError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
-    ModelResponse,
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
@@ -66,7 +65,13 @@ from sessions.models import (
     MessageSource,
     Pin,
 )
-from sessions.payloads import InvalidPayload, bad_text, parse_payload, storable_payload
+from sessions.payloads import (
+    MAX_STORED_INT,
+    InvalidPayload,
+    bad_text,
+    parse_payload,
+    storable_payload,
+)
 from sessions.services.errors import Invalid
 from sessions.services.governed import EVICTED_REF, no_room
 from sessions.services.log import append_messages
@@ -74,7 +79,7 @@ from sessions.services.tools import canonical, tool_fields
 
 FORMAT_VERSION = 1
 HEADER_KEY = "ctxhub_export"
-MAX_INT = 2**31 - 1  # the database's integer columns
+MAX_INT = MAX_STORED_INT  # the database's integer columns
 MAX_TOOLS = 500
 
 # Audit event data naming a record by its id: the key is the record's type.
@@ -384,9 +389,6 @@ class _Reader:
         except InvalidPayload as exc:
             first = exc.errors[0]
             self.fail(_bracketed(f"{name}.{first.path}" if first.path else name), first.message)
-        # A response's reported input tokens are kept in an integer column beside it.
-        if isinstance(message, ModelResponse) and message.usage.input_tokens > MAX_INT:
-            self.fail(f"{name}.usage.input_tokens", f"is over {MAX_INT:,}, more than is stored")
         return message
 
     def seq(self, name: str, last: int, *, upto: int | None = None) -> int:

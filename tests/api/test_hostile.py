@@ -262,6 +262,27 @@ def test_an_encoded_lone_surrogate_is_a_422_naming_the_field(api: Api, alice: An
     assert not Message.objects.exists()
 
 
+@pytest.mark.parametrize("tokens", [2**31, 10**30])
+def test_usage_too_large_to_store_is_a_422_naming_the_field(
+    api: Api, alice: Any, tokens: int
+) -> None:
+    session = make_session(alice)
+    response = {
+        "kind": "response",
+        "parts": [{"part_kind": "text", "content": "done"}],
+        "usage": {"input_tokens": tokens, "output_tokens": 3},
+    }
+    answer = api.client.post(
+        f"/api/v1/sessions/{session.pk}/messages",
+        json.dumps({"messages": [{"kind": "request", "parts": [
+            {"part_kind": "user-prompt", "content": "go"}]}, response]}),
+        content_type="application/json",
+        headers=api.auth,
+    )  # fmt: skip
+    assert refused(answer)["field"] == "messages[1].usage.input_tokens"
+    assert not Message.objects.exists()
+
+
 HOSTILE_TOOLS = [
     ('"read_log"', "tools"),
     ("[42]", "tools[0]"),

@@ -115,6 +115,7 @@ def test_a_nul_character_is_refused_by_name_and_nothing_is_stored(
     session = make_session(alice)
     with pytest.raises(InvalidPayload) as exc:
         services.append_messages(session, [user("fine"), message])
-    assert [e.path for e in exc.value.errors] == [field]
+    # Named within the batch: the second message.
+    assert [e.path for e in exc.value.errors] == [f"messages[1].{field}"]
     assert "NUL" in exc.value.errors[0].message
     assert not Message.objects.filter(session=session).exists()

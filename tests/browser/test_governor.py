@@ -132,7 +132,12 @@ def test_a_click_near_a_lone_request_opens_it(page: Page, live_url: str, alice: 
     for n in range(40):
         services.append_messages(session, turn(n), auto_compact=False)
     services.send_context(session)
+    page.add_init_script("document.addEventListener('htmx:wsOpen', () => { window.open_ = true })")
     log_in(page, live_url, session.get_absolute_url())
+    # The socket's opening has the page draw the trajectory again (600 ms after): a click on
+    # the chart it replaces would be lost, so the clicks come after that.
+    page.wait_for_function("() => window.open_ === true", timeout=10_000)
+    page.wait_for_timeout(1_500)
     chart = page.get_by_test_id("trajectory-chart")
     expect(chart.locator("canvas")).to_have_count(1)
     chart.scroll_into_view_if_needed()

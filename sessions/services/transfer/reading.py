@@ -1,72 +1,28 @@
-"""Export and import of a session: a JSONL file holding its log and its records.
-
-The format (version 1) is one JSON object a line::
-
-    {"ctxhub_export": 1, "session": {"title", "model", "context_window", "policy",
-                                     "summarizer", "chat_model", "tool_definitions"}}
-    {"type": "message", "seq": 0, "source": "api", "created_at": "...", "message": {...}}
-    ...                                          (every message, in seq order, then:)
-    {"type": "compaction", "first_seq", "last_seq", "replacement", ..., "supersedes": 0}
-    {"type": "clear", "from_seq", "created_at", "undone_at"}
-    {"type": "pin", "seq", "created_at", "undone_at"}
-    {"type": "evicted_output", "ref", "text", "created_at"}
-    {"type": "audit_event", "verb", "tokens_before", "tokens_after", "data", "created_at"}
-
-A record refers to another by its ordinal: its position among the records of its type in the
-file (``"supersedes": 0`` is the file's first compaction; an audit event's ``{"pin": 2}`` its
-third pin), never by a database id, which means nothing to another hub.
-
-What is derived is left out and made again by the hub that imports: tokens, facts and hashes
-(the messages go through the normal append path), the facts of a compaction's own messages,
-an evicted output's tokens. Not carried: the people who acted (``actor`` is written for the
-reader; imported records have none), when each message was appended (the import appends it
-now; records keep their times), compaction jobs, and the requests sent with the Governor's
-state (an imported session's next request is a new start).
-
-Importing validates every line before anything is written, then writes one transaction: a new
-session, owned by the importer, never one that exists.
-"""
+"""Reading an export: every line parsed and validated before anything is written, a bad one
+named by its line and field."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import groupby
 from typing import Any, NoReturn
 
 from django.conf import settings
-from django.db import models, transaction
 from pydantic import ValidationError
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelRequest,
-    RetryPromptPart,
-    SystemPromptPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
 )
 
 from ctxhub.governance import Policy
-from ctxhub.governance.facts import message_facts
-from ctxhub.governance.tokens import context_window, tokenizer_for
+from ctxhub.governance.tokens import context_window
 from sessions.models import (
-    AgentSession,
-    AuditEvent,
-    Clear,
-    Compaction,
-    EvictedOutput,
     MessageSource,
-    Pin,
 )
 from sessions.payloads import (
-    MAX_STORED_INT,
     InvalidPayload,
     bad_text,
     parse_payload,
@@ -74,175 +30,15 @@ from sessions.payloads import (
 )
 from sessions.services.errors import Invalid
 from sessions.services.governed import EVICTED_REF, no_room
-from sessions.services.log import append_messages
-from sessions.services.tools import canonical, tool_fields
-
-FORMAT_VERSION = 1
-HEADER_KEY = "ctxhub_export"
-MAX_INT = MAX_STORED_INT  # the database's integer columns
-MAX_TOOLS = 500
-
-# Audit event data naming a record by its id: the key is the record's type.
-REFERENCES = ("compaction", "clear", "pin")
-
-
-class BadExport(Invalid):
-    """A file that is not an export this hub can import: the line and the field at fault."""
-
-    def __init__(self, line: int, field: str, problem: str) -> None:
-        where = f"{field}: " if field else ""
-        super().__init__(f"line {line}: {where}{problem}", field=field or None, line=line)
-        self.line = line
-
-
-# --- export --------------------------------------------------------------------------------
-
-
-def _line(value: dict[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def _when(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _actor(row: Any, attribute: str = "actor") -> str | None:
-    user = getattr(row, attribute)
-    return None if user is None else str(user.get_username())
-
-
-def _ordinals(rows: list[Any]) -> dict[int, int]:
-    return {row.pk: position for position, row in enumerate(rows)}
-
-
-def _oldest_first(model: type[models.Model], session: AgentSession) -> list[Any]:
-    # Created order, ids breaking ties: imported in this order, the newest record stays the
-    # newest (the active clear and the compaction that wins an overlap are the newest).
-    rows = model._default_manager.filter(session=session).order_by("created_at", "id")
-    return list(rows if model is EvictedOutput else rows.select_related("actor"))
-
-
-def export_lines(session: AgentSession) -> Iterator[str]:
-    """The session as JSONL, a line at a time (a long log is streamed, never held whole)."""
-    yield _line(
-        {
-            HEADER_KEY: FORMAT_VERSION,
-            "session": {
-                "title": session.title,
-                "model": session.model,
-                "context_window": session.context_window,
-                "policy": session.policy or {},
-                "summarizer": session.summarizer,
-                "chat_model": session.chat_model,
-                "tool_definitions": canonical(session.tool_definitions or []),
-            },
-        }
-    )
-    rows = session.messages.order_by("seq").values_list("seq", "source", "created_at", "payload")
-    for seq, source, created_at, payload in rows.iterator(chunk_size=200):
-        yield _line(
-            {
-                "type": "message",
-                "seq": seq,
-                "source": source,
-                "created_at": _when(created_at),
-                "message": payload,
-            }
-        )
-    compactions = _oldest_first(Compaction, session)
-    clears = _oldest_first(Clear, session)
-    pins = _oldest_first(Pin, session)
-    ordinals = {
-        "compaction": _ordinals(compactions),
-        "clear": _ordinals(clears),
-        "pin": _ordinals(pins),
-    }
-    for c in compactions:
-        yield _line(
-            {
-                "type": "compaction",
-                "first_seq": c.first_seq,
-                "last_seq": c.last_seq,
-                # The facts of its own messages are this hub's counts: the importer counts.
-                "replacement": [
-                    {"seq": item["seq"]} if "seq" in item else {"message": item["message"]}
-                    for item in c.replacement
-                ],
-                "summary": c.summary,
-                "summary_message": c.summary_message,
-                "ledger": c.ledger,
-                "outcome": c.outcome,
-                "error": c.error,
-                "summarizer": c.summarizer,
-                "policy": c.policy,
-                "focus": c.focus,
-                "summarized_seqs": c.summarized_seqs,
-                "tokens_before": c.tokens_before,
-                "tokens_after": c.tokens_after,
-                "messages_before": c.messages_before,
-                "messages_after": c.messages_after,
-                "supersedes": ordinals["compaction"].get(c.supersedes_id or -1),
-                "started_at": _when(c.started_at),
-                "finished_at": _when(c.finished_at),
-                **_undoable(c),
-            }
-        )
-    for clear in clears:
-        yield _line({"type": "clear", "from_seq": clear.from_seq, **_undoable(clear)})
-    for pin in pins:
-        yield _line({"type": "pin", "seq": pin.seq, **_undoable(pin)})
-    for evicted in _oldest_first(EvictedOutput, session):
-        yield _line(
-            {
-                "type": "evicted_output",
-                "ref": evicted.ref,
-                "text": evicted.text,
-                "created_at": _when(evicted.created_at),
-            }
-        )
-    for event in _oldest_first(AuditEvent, session):
-        yield _line(
-            {
-                "type": "audit_event",
-                "verb": event.verb,
-                "actor": _actor(event),
-                "tokens_before": event.tokens_before,
-                "tokens_after": event.tokens_after,
-                "data": _refer(event.data or {}, ordinals),
-                "created_at": _when(event.created_at),
-            }
-        )
-
-
-def _undoable(record: Any) -> dict[str, Any]:
-    return {
-        "actor": _actor(record),
-        "created_at": _when(record.created_at),
-        "undone_at": _when(record.undone_at),
-    }
-
-
-def _refer(data: dict[str, Any], ordinals: dict[str, dict[int, int]]) -> dict[str, Any]:
-    """An audit event's data with the records it names by id named by ordinal (None for one
-    no longer there)."""
-    out = dict(data)
-    for kind in REFERENCES:
-        if isinstance(out.get(kind), int) and not isinstance(out[kind], bool):
-            out[kind] = ordinals[kind].get(out[kind])
-    return out
-
-
-def export_jsonl(session: AgentSession) -> str:
-    return "".join(export_lines(session))
-
-
-def export_filename(session: AgentSession, extension: str) -> str:
-    """A download name that says what it holds: the title, made safe, and the id."""
-    stem = re.sub(r"[^A-Za-z0-9]+", "-", session.title).strip("-").lower()[:60] or "session"
-    return f"{stem}-{str(session.pk)[:8]}.{extension}"
-
-
-# --- import: reading and validating --------------------------------------------------------
+from sessions.services.tools import tool_fields
+from sessions.services.transfer.format import (
+    FORMAT_VERSION,
+    HEADER_KEY,
+    MAX_INT,
+    MAX_TOOLS,
+    REFERENCES,
+    BadExport,
+)
 
 
 @dataclass
@@ -674,183 +470,3 @@ def _check_references(parsed: ParsedExport) -> None:
                 continue
             if not 0 <= value < counts[kind]:
                 raise BadExport(event.line, f"data.{kind}", f"no {kind} {value} in this file")
-
-
-# --- import: writing -----------------------------------------------------------------------
-
-
-def import_session(text: str, owner: Any) -> AgentSession:
-    """A new session of ``owner`` made from an export: validated whole (``parse_export``),
-    then written in one transaction."""
-    return write_import(parse_export(text), owner)
-
-
-def _dated(row: models.Model, when: datetime | None) -> None:
-    """Give a record the time it was made on its hub (``auto_now_add`` stamps the import's):
-    the newest record is the one that applies, so the order must be the original's. Only the
-    stamp is written, past the records' append-only ``save``."""
-    if when is not None:
-        type(row)._default_manager.filter(pk=row.pk).update(created_at=when)
-
-
-def write_import(parsed: ParsedExport, owner: Any) -> AgentSession:
-    with transaction.atomic():
-        session = AgentSession.objects.create(owner=owner, **parsed.session)
-        # The normal append path: this hub counts the tokens and facts and hashes the payloads.
-        # One call per run of messages from one source, so each keeps where it came from.
-        for source, run in groupby(parsed.messages, key=lambda item: item[0]):
-            append_messages(
-                session, [message for _, message in run], source=source, auto_compact=False
-            )
-        tokenizer = tokenizer_for(session.model)
-        ids: dict[str, list[int]] = {"compaction": [], "clear": [], "pin": []}
-        for record in parsed.compactions:
-            fields = dict(record.fields)
-            created = fields.pop("created_at")
-            supersedes = fields.pop("supersedes")
-            items: list[dict[str, Any]] = []
-            for item in fields.pop("replacement"):
-                if isinstance(item, int):
-                    items.append({"seq": item})
-                    continue
-                message = item["message"]
-                items.append(
-                    {
-                        "message": storable_payload(message),
-                        "facts": message_facts(message, tokenizer).to_json(),
-                        "encoding": tokenizer.encoding_name,
-                    }
-                )
-            compaction = Compaction.objects.create(
-                session=session,
-                replacement=items,
-                summary_message=storable_payload(fields.pop("summary_message")),
-                supersedes_id=None if supersedes is None else ids["compaction"][supersedes],
-                **fields,
-            )
-            _dated(compaction, created)
-            ids["compaction"].append(compaction.pk)
-        for kind, model, records in (
-            ("clear", Clear, parsed.clears),
-            ("pin", Pin, parsed.pins),
-        ):
-            for record in records:
-                fields = dict(record.fields)
-                created = fields.pop("created_at")
-                row = model._default_manager.create(session=session, **fields)
-                _dated(row, created)
-                ids[kind].append(row.pk)
-        for record in parsed.evicted:
-            fields = dict(record.fields)
-            created = fields.pop("created_at")
-            evicted = EvictedOutput.objects.create(
-                session=session, tokens=tokenizer.count(fields["text"]), **fields
-            )
-            _dated(evicted, created)
-        for record in parsed.audit:
-            fields = dict(record.fields)
-            created = fields.pop("created_at")
-            data = dict(fields.pop("data"))
-            for kind in REFERENCES:
-                value = data.get(kind)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    data[kind] = ids[kind][value]
-            event = AuditEvent.objects.create(session=session, data=data, **fields)
-            _dated(event, created)
-    return session
-
-
-# --- Markdown ------------------------------------------------------------------------------
-
-CUT_AT = 2_000
-"""Characters of a long tool output or argument a transcript shows; the rest is cut, said."""
-
-
-def _fenced(text: str, language: str = "") -> str:
-    """A code block no backtick run inside the text can close."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{language}\n{text}\n{fence}"
-
-
-def _cut(text: str) -> str:
-    if len(text) <= CUT_AT:
-        return text
-    return f"{text[:CUT_AT]}\n… [cut: {len(text) - CUT_AT:,} more characters]"
-
-
-def _part_lines(part: Any) -> list[str]:
-    if isinstance(part, SystemPromptPart):
-        return ["**system prompt:**", "", _fenced(_cut(part.content))]
-    if isinstance(part, UserPromptPart):
-        content = part.content if isinstance(part.content, str) else str(part.content)
-        return ["**user:**", "", _fenced(_cut(content))]
-    if isinstance(part, ToolReturnPart):
-        head = f"**tool result** `{part.tool_name}` (`{part.tool_call_id}`):"
-        return [head, "", _fenced(_cut(part.model_response_str()))]
-    if isinstance(part, RetryPromptPart):
-        head = f"**retry** `{part.tool_name or ''}` (`{part.tool_call_id}`):"
-        return [head, "", _fenced(_cut(part.model_response()))]
-    if isinstance(part, TextPart):
-        return ["**assistant:**", "", _fenced(_cut(part.content))]
-    if isinstance(part, ThinkingPart):
-        return ["**thinking:**", "", _fenced(_cut(part.content))]
-    if isinstance(part, ToolCallPart):
-        head = f"**tool call** `{part.tool_name}` (`{part.tool_call_id}`):"
-        return [head, "", _fenced(_cut(part.args_as_json_str()), "json")]
-    return [f"**{getattr(part, 'part_kind', type(part).__name__)}**"]
-
-
-def export_markdown(session: AgentSession) -> Iterator[str]:
-    """A transcript to read: each message with its seq, what it holds, and the records."""
-    window = session.context_window or context_window(session.model)
-    yield f"# {session.title}\n\n"
-    yield f"- Model: `{session.model}`, window {window:,} tokens\n"
-    yield f"- Policy: `{json.dumps(session.policy or {}, sort_keys=True)}`\n\n"
-    yield "## Messages\n\n"
-    rows = session.messages.order_by("seq").only("seq", "kind", "source", "payload", "tokens")
-    for row in rows.iterator(chunk_size=200):
-        message = row.message
-        role = "request" if isinstance(message, ModelRequest) else "response"
-        yield f"### #{row.seq} · {role} · {row.tokens:,} tokens · {row.source}\n\n"
-        for part in message.parts:
-            yield "\n".join(_part_lines(part)) + "\n\n"
-    yield "## Records\n\n"
-    said = False
-    for c in Compaction.objects.filter(session=session).order_by("created_at", "id"):
-        said = True
-        state = "undone" if c.undone_at else "active"
-        yield (
-            f"- Compaction of #{c.first_seq}\N{EN DASH}#{c.last_seq} ({c.outcome}, {state}), "
-            f"{c.tokens_before:,} → {c.tokens_after:,} tokens, {c.created_at:%Y-%m-%d %H:%M}\n\n"
-        )
-        yield _indented(_fenced(_cut(c.summary))) + "\n\n"
-    for clear in Clear.objects.filter(session=session).order_by("created_at", "id"):
-        said = True
-        state = "undone" if clear.undone_at else "active"
-        yield f"- Clear from #{clear.from_seq} ({state}), {clear.created_at:%Y-%m-%d %H:%M}\n"
-    for pin in Pin.objects.filter(session=session).order_by("created_at", "id"):
-        said = True
-        state = "unpinned" if pin.undone_at else "pinned"
-        yield f"- Pin of #{pin.seq} ({state}), {pin.created_at:%Y-%m-%d %H:%M}\n"
-    evicted = EvictedOutput.objects.filter(session=session).order_by("created_at", "id")
-    for output in evicted.only("ref", "tokens", "created_at"):
-        said = True
-        yield f"- Evicted output `{output.ref}`: {output.tokens:,} tokens kept in full\n"
-    events = AuditEvent.objects.filter(session=session).order_by("created_at", "id")
-    for event in events.select_related("actor"):
-        said = True
-        who = event.actor.get_username() if event.actor else "—"
-        figures = " → ".join(
-            f"{t:,}" if t is not None else "?" for t in (event.tokens_before, event.tokens_after)
-        )
-        yield (
-            f"- {event.created_at:%Y-%m-%d %H:%M} `{event.verb}` by {who} "
-            f"({figures} governed tokens)\n"
-        )
-    if not said:
-        yield "None.\n"
-
-
-def _indented(text: str) -> str:
-    return "\n".join(f"  {line}" if line else "" for line in text.splitlines())

@@ -208,6 +208,29 @@ class Compaction(Undoable):
     compaction wrote (the summary, the user's own words kept verbatim).
     """
 
+    CONTENT_FIELDS: ClassVar[tuple[str, ...]] = (
+        "first_seq",
+        "last_seq",
+        "replacement",
+        "summary",
+        "summary_message",
+        "ledger",
+        "outcome",
+        "error",
+        "summarizer",
+        "policy",
+        "focus",
+        "summarized_seqs",
+        "tokens_before",
+        "tokens_after",
+        "messages_before",
+        "messages_after",
+        "started_at",
+        "finished_at",
+    )
+    """What a compaction says, besides whose it is and what it relates to (its session, job,
+    actor, the one it supersedes): what a copy (a fork) or a file (an export) carries."""
+
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="compactions")
     job = models.OneToOneField(
         "CompactionJob", null=True, blank=True, on_delete=models.PROTECT, related_name="compaction"

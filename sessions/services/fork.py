@@ -224,27 +224,7 @@ def _copy_messages(session: AgentSession, fork: AgentSession, seq: int) -> set[s
     return refs
 
 
-_COMPACTION_FIELDS = (
-    "actor_id",
-    "first_seq",
-    "last_seq",
-    "replacement",
-    "summary",
-    "summary_message",
-    "ledger",
-    "outcome",
-    "error",
-    "summarizer",
-    "policy",
-    "focus",
-    "summarized_seqs",
-    "tokens_before",
-    "tokens_after",
-    "messages_before",
-    "messages_after",
-    "started_at",
-    "finished_at",
-)
+_COMPACTION_FIELDS = ("actor_id", *Compaction.CONTENT_FIELDS)
 
 
 def _copy_records(session: AgentSession, fork: AgentSession, seq: int) -> set[str]:

@@ -19,9 +19,7 @@ from pydantic_ai.messages import (
 
 from ctxhub.governance import Policy
 from ctxhub.governance.tokens import context_window
-from sessions.models import (
-    MessageSource,
-)
+from sessions.models import Compaction, MessageSource
 from sessions.payloads import (
     InvalidPayload,
     bad_text,
@@ -205,28 +203,7 @@ def _valid_message(data: dict[str, Any]) -> ModelMessage:
 _UNDOABLE = frozenset({"actor", "created_at", "undone_at"})
 _FIELDS = {
     "message": frozenset({"seq", "source", "created_at", "message"}),
-    "compaction": _UNDOABLE
-    | {
-        "first_seq",
-        "last_seq",
-        "replacement",
-        "summary",
-        "summary_message",
-        "ledger",
-        "outcome",
-        "error",
-        "summarizer",
-        "policy",
-        "focus",
-        "summarized_seqs",
-        "tokens_before",
-        "tokens_after",
-        "messages_before",
-        "messages_after",
-        "supersedes",
-        "started_at",
-        "finished_at",
-    },
+    "compaction": _UNDOABLE | set(Compaction.CONTENT_FIELDS) | {"supersedes"},
     "clear": _UNDOABLE | {"from_seq"},
     "pin": _UNDOABLE | {"seq"},
     "evicted_output": frozenset({"ref", "text", "created_at"}),

@@ -114,6 +114,9 @@ LABELS: dict[str, Label] = {
     "hysteresis.min_reclaim_tokens": Label("Skip actions that free fewer than", "tokens"),
     "compaction.auto": Label("Compact in the background"),
     "compaction.soft_threshold": Label("Start compacting at", "of the history budget"),
+    "awareness.recall": Label("Give the model a tool to search what it no longer sees"),
+    "awareness.recall_tool_name": Label("Name of that tool"),
+    "awareness.budget_note": Label("Tell the model its budget and the next action"),
 }
 
 
@@ -170,6 +173,10 @@ HEADINGS: dict[str, Heading] = {
     "compaction": Heading(
         "Background compaction",
         "The stored session summarised before governance has to drop anything.",
+    ),
+    "awareness": Heading(
+        "What the model is told",
+        "A tool to search what governance hid, and a note with the model's own budget.",
     ),
     "last_resort": Heading(
         "Repairs and last resorts",

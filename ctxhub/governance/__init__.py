@@ -15,6 +15,7 @@ from .governed import Acted, Governed, tool_definition_tokens
 from .governor import Governor, GovernorState, govern
 from .names import Action, Zone
 from .policy import (
+    Awareness,
     CompactionPolicy,
     Eviction,
     Hysteresis,
@@ -30,6 +31,7 @@ from .store import EvictionStore, InMemoryEvictionStore, read_evicted
 __all__ = [
     "Acted",
     "Action",
+    "Awareness",
     "CompactionPolicy",
     "ContextGovernor",
     "ContextReport",

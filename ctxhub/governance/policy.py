@@ -370,6 +370,34 @@ class CompactionPolicy(_Model):
     )
 
 
+class Awareness(_Model):
+    """What the model is told about its own governed context, so it can work with it."""
+
+    recall: bool = Field(
+        default=True,
+        description=(
+            "Give the model a tool to search what governance no longer sends in full "
+            "(masked, cut, evicted, dropped and summarised messages); notices and summaries "
+            "name it."
+        ),
+    )
+    recall_tool_name: str = Field(
+        default="recall",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$",
+        description="The name of that tool, as the model calls it.",
+    )
+    budget_note: bool = Field(
+        default=False,
+        description=(
+            "Tell the model its window, the tokens in use and the governor's next action in a "
+            "short note at the end of the request; it changes only when the governor acts, so "
+            "the cached prefix is kept."
+        ),
+    )
+
+
 class Policy(_Model):
     """Every knob of context governance; see the module docstring for where defaults come from."""
 
@@ -421,6 +449,7 @@ class Policy(_Model):
     )
     hysteresis: Hysteresis = Hysteresis()
     compaction: CompactionPolicy = CompactionPolicy()
+    awareness: Awareness = Awareness()
 
     def history_budget(self, window_tokens: int, fixed_tokens: int = 0) -> int:
         """Tokens the history may take in a window: the window less ``fixed_tokens`` (system

@@ -9,6 +9,9 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from django.core.management import execute_from_command_line
 
+    from config.telemetry import setup_tracing
+
+    setup_tracing(" ".join(["manage.py", *sys.argv[1:2]]))
     execute_from_command_line(sys.argv)
 
 

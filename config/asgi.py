@@ -17,9 +17,13 @@ from django.core.handlers.base import BaseHandler
 from django.http import FileResponse, Http404
 from django.urls import set_script_prefix
 
+from config.telemetry import setup_tracing
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Django must be set up before anything that imports models.
 django.setup(set_prefix=False)
+# Before the workers fork (gunicorn --preload): each restarts the batch's thread after the fork.
+setup_tracing("web")
 
 
 class FinishingASGIHandler(ASGIHandler):

@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+
+from config.telemetry import flush_tracing, setup_tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("ctxhub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@signals.worker_init.connect
+def _trace_the_worker(**kwargs: Any) -> None:
+    """Tracing in the worker (when configured), before its pool processes fork."""
+    setup_tracing("worker")
+
+
+@signals.worker_process_shutdown.connect
+def _send_the_last_spans(**kwargs: Any) -> None:
+    """A pool process ends without running ``atexit``: its last spans are sent now."""
+    flush_tracing()

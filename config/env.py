@@ -129,3 +129,44 @@ def redis_url(name: str, url: str) -> str:
     if url and urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
         raise ImproperlyConfigured(f"{name}={url!r}: use redis://host:port/db")
     return url
+
+
+_OTLP_HTTP = "http/protobuf"
+
+
+def otlp_traces_endpoint() -> str:
+    """Where the hub sends its traces, over OTLP/HTTP: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
+    as given, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` with ``/v1/traces`` appended (the
+    OpenTelemetry conventions); "" when neither is set, or ``OTEL_SDK_DISABLED`` or
+    ``OTEL_TRACES_EXPORTER=none`` turns tracing off."""
+    if env_bool("OTEL_SDK_DISABLED"):
+        return ""
+    exporter = env_str("OTEL_TRACES_EXPORTER", "otlp").lower()
+    if exporter == "none":
+        return ""
+    if exporter != "otlp":
+        raise ImproperlyConfigured(
+            f"OTEL_TRACES_EXPORTER={exporter!r}: the hub exports traces over OTLP only (otlp, "
+            "or none for no traces)"
+        )
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = env_str(name)
+        if protocol and protocol != _OTLP_HTTP:
+            raise ImproperlyConfigured(
+                f"{name}={protocol!r}: the hub sends OTLP over HTTP ({_OTLP_HTTP}, a "
+                "collector's port 4318), not gRPC"
+            )
+    for name, path in (
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "/v1/traces"),
+    ):
+        url = env_str(name)
+        if not url:
+            continue
+        parts = urlsplit(url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ImproperlyConfigured(
+                f"{name}={url!r}: use the collector's OTLP/HTTP address, e.g. http://127.0.0.1:4318"
+            )
+        return url.rstrip("/") + path if path else url
+    return ""

@@ -22,6 +22,7 @@ from config.env import (
     env_int,
     env_list,
     env_str,
+    otlp_traces_endpoint,
     redis_url,
 )
 
@@ -64,6 +65,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: a span for each request, with the status the client gets (when tracing is on).
+    "sessions.telemetry.TracedRequests",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Outermost but one: API errors made anywhere below come out as the API's JSON.
@@ -247,6 +250,15 @@ CTXHUB_SOCKET_HEARTBEAT_SECONDS = env_int("CTXHUB_SOCKET_HEARTBEAT_SECONDS", 20,
 # The offline demo model streams a word every this many milliseconds (its tools take ten
 # times as long), so its answers can be watched and stopped like a real model's.
 CTXHUB_DEMO_PACE_MS = env_int("CTXHUB_DEMO_PACE_MS", 30)
+
+# OpenTelemetry tracing (docs/telemetry.md): off unless an OTLP/HTTP endpoint is set, with the
+# standard variables. Then every process (web, worker, manage.py) exports its spans there, in
+# batches; OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES and
+# OTEL_BSP_* are read by the SDK itself. Prompts, answers and tool arguments go into the model
+# calls' spans only when asked, as the GenAI conventions have it.
+CTXHUB_TRACES_ENDPOINT = otlp_traces_endpoint()
+CTXHUB_SERVICE_NAME = env_str("OTEL_SERVICE_NAME") or "ctxhub"
+CTXHUB_TRACE_CONTENT = env_bool("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", default=False)
 
 LOGGING = {
     "version": 1,

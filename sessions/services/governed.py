@@ -28,7 +28,7 @@ from ctxhub.governance import (
     read_evicted,
 )
 from ctxhub.governance.tokens import context_window, tokenizer_for
-from sessions import snapshots
+from sessions import snapshots, telemetry
 from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
 from sessions.models import AgentSession, EvictedOutput
 from sessions.services.errors import Invalid
@@ -111,6 +111,11 @@ class GovernedContext:
         return self._governed
 
     @property
+    def result(self) -> Governed | None:
+        """The engine's result; None for a context read from a snapshot."""
+        return self._governed
+
+    @property
     def report(self) -> ContextReport:
         """The report (built on first access when the context was just governed)."""
         if self._report is None:
@@ -147,7 +152,15 @@ def governed_context(
     background, so the request after the next append is governed warm); otherwise the session
     is governed cold and the snapshot written for the next process.
     """
-    return _context(session, policy, model)[0]
+    with telemetry.governing(session, sent=False, model=model) as span:
+        context = _context(session, policy, model)[0]
+        telemetry.governed(
+            span,
+            context,
+            model=model or session.model,
+            preview=policy is not None or model is not None,
+        )
+    return context
 
 
 def send_context(session: AgentSession) -> GovernedContext:
@@ -155,6 +168,15 @@ def send_context(session: AgentSession) -> GovernedContext:
     the session's Governor continues from its stored state, and the request and the state it
     leaves are recorded (``sessions.services.sending``). A process that lost the race to
     another sending for the same session governs again from that one's state."""
+    with telemetry.governing(session, sent=True) as span:
+        context, number = _send(session)
+        telemetry.governed(span, context, model=session.model, sent=True, number=number)
+    return context
+
+
+def _send(session: AgentSession) -> tuple[GovernedContext, int | None]:
+    """The context sent, and its number among the session's requests (None: not recorded,
+    other processes kept winning the race)."""
     for _ in range(SEND_ATTEMPTS):
         context, stored, state = _context(session, None, None, send=True)
         assert stored is not None
@@ -166,9 +188,9 @@ def send_context(session: AgentSession) -> GovernedContext:
             partial(action_words, seq_of=context.seq_of),
         )
         if record_sent(session, stored, state, sent):
-            return context
+            return context, stored.version + 1
     log.warning("session %s: sent without recording, %d writers raced", session.pk, SEND_ATTEMPTS)
-    return context
+    return context, None
 
 
 SEND_ATTEMPTS = 5

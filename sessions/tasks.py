@@ -11,12 +11,12 @@ import logging
 from typing import Any
 from uuid import UUID
 
-from celery import current_app, shared_task
+from celery import Task, current_app, shared_task
 from django.core.cache import cache
 from django.dispatch import receiver
 from django.utils import timezone
 
-from sessions import events, services
+from sessions import events, services, telemetry
 from sessions.jobs.compaction import run_job, sweep
 from sessions.models import AgentSession, CompactionJob, Message
 from sessions.services.governed import refresh_snapshot
@@ -38,12 +38,13 @@ def recount_session_tokens(session_id: str) -> dict[str, Any]:
     }
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_compaction(job_id: str) -> str:
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_compaction(self: Task[Any, Any], job_id: str) -> str:
     """One delivery of a compaction job (see ``sessions.jobs.compaction``). The message is
     acknowledged only once the job is finished, retried or found taken: a worker killed
-    mid-job leaves it for the next delivery or the sweeper."""
-    return run_job(job_id)
+    mid-job leaves it for the next delivery or the sweeper. Its headers carry the trace
+    context of whoever queued it."""
+    return run_job(job_id, self.request.headers)
 
 
 @shared_task(ignore_result=True)
@@ -65,7 +66,9 @@ def queue_job(sender: object, job: CompactionJob, countdown: float, **kwargs: An
     logged, not raised: the sweeper sends it again later."""
     CompactionJob.objects.filter(pk=job.pk).update(dispatched_at=timezone.now())
     try:
-        run_compaction.apply_async(args=(str(job.pk),), countdown=countdown)
+        run_compaction.apply_async(
+            args=(str(job.pk),), countdown=countdown, headers=telemetry.carrier()
+        )
     except Exception as error:  # the broker is unreachable: the row stays queued
         log.warning("could not queue compaction job %s (%s); the sweeper will", job.pk, error)
 

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import queue
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -45,7 +46,7 @@ from pydantic_ai.settings import ModelSettings
 
 from ctxhub.governance import Compacted, CompactionReport, Policy, compact, resolve_model
 from ctxhub.governance.tokens import tokenizer_for
-from sessions import events
+from sessions import events, telemetry
 from sessions.history import effective_history
 from sessions.models import AgentSession, Compaction, CompactionJob, JobStatus
 from sessions.services.compaction import (
@@ -220,11 +221,17 @@ def progress(job: CompactionJob, stage: str, **data: Any) -> None:
 # --- running -------------------------------------------------------------------------------------
 
 
-def run_job(job_id: str) -> str:
-    """The body of the Celery task: run one delivery of a job; what became of it."""
-    job = claim(job_id)
-    if job is None:
-        return "skipped"
+def run_job(job_id: str, trace_headers: Mapping[str, Any] | None = None) -> str:
+    """The body of the Celery task: run one delivery of a job; what became of it. Its span
+    continues the trace of whoever queued it, when ``trace_headers`` carry one."""
+    with telemetry.compaction_job(job_id, trace_headers) as span:
+        job = claim(job_id)
+        outcome = "skipped" if job is None else _deliver(job)
+        telemetry.job_finished(span, outcome, job)
+    return outcome
+
+
+def _deliver(job: CompactionJob) -> str:
     try:
         with Heartbeat(job) as heartbeat:
             return _run(job, heartbeat)
@@ -272,6 +279,7 @@ class _Basis:
 
 def _run(job: CompactionJob, heartbeat: Heartbeat) -> str:
     session = AgentSession.objects.get(pk=job.session_id)
+    telemetry.job_claimed(job, session)
     for _ in range(2):
         basis = _summarise(job, session, heartbeat)
         if basis is None:
@@ -285,7 +293,10 @@ def _run(job: CompactionJob, heartbeat: Heartbeat) -> str:
             return report.outcome
         heartbeat.flush()
         progress(job, "writing")
-        written = _write(job, session, basis)
+        with telemetry.compaction_step(telemetry.COMPACTION_WRITE) as span:
+            written = _write(job, session, basis)
+            # None: the session's records changed meanwhile, and the job plans again.
+            span.set_attribute("ctxhub.compaction.written", written not in (None, "failed"))
         if written is not None:
             return written
     with transaction.atomic():
@@ -316,37 +327,49 @@ def _planned_state(job: CompactionJob, session: AgentSession) -> SessionState | 
 
 
 def _summarise(job: CompactionJob, session: AgentSession, heartbeat: Heartbeat) -> _Basis | None:
-    state = _planned_state(job, session)
-    if state is None:
-        return None
-    progress(job, "planning")
-    history = effective_history(session, upto_seq=state.last_seq)
-    messages = list(history.messages)
+    with telemetry.compaction_step(telemetry.COMPACTION_PLAN) as span:
+        state = _planned_state(job, session)
+        if state is None:
+            return None
+        progress(job, "planning")
+        history = effective_history(session, upto_seq=state.last_seq)
+        messages = list(history.messages)
+        span.set_attributes(
+            {
+                "ctxhub.compaction.revision": state.revision,
+                "ctxhub.compaction.last_seq": state.last_seq,
+                "ctxhub.messages.before": len(messages),
+                "ctxhub.tokens.before": history.tokens,
+            }
+        )
     summarizer = ObservedModel(resolve_model(job.summarizer))
 
     def on_chunk(round_number: int, done: int, total: int) -> None:
         heartbeat.post("summarising", round=round_number, chunk=done, chunks=total)
 
-    try:
-        compacted = asyncio.run(
-            asyncio.wait_for(
-                compact(
-                    messages,
-                    Policy.model_validate(job.policy),
-                    summarizer=summarizer,
-                    model=session.model,
-                    pinned=history.positions(state.pins),
-                    focus=job.focus or None,
-                    keep=keep_threshold(history, job.plan.get("keep_from")),
-                    on_chunk=on_chunk,
-                ),
-                timeout=settings.CTXHUB_JOB_TIME_LIMIT,
+    with telemetry.compaction_step(telemetry.COMPACTION_SUMMARISE) as span:
+        try:
+            compacted = asyncio.run(
+                asyncio.wait_for(
+                    compact(
+                        messages,
+                        Policy.model_validate(job.policy),
+                        # Each of its calls a span of its own under this one, when tracing.
+                        summarizer=telemetry.instrumented(summarizer),
+                        model=session.model,
+                        pinned=history.positions(state.pins),
+                        focus=job.focus or None,
+                        keep=keep_threshold(history, job.plan.get("keep_from")),
+                        on_chunk=on_chunk,
+                    ),
+                    timeout=settings.CTXHUB_JOB_TIME_LIMIT,
+                )
             )
-        )
-    except TimeoutError:
-        raise Transient(
-            f"the summariser took longer than {settings.CTXHUB_JOB_TIME_LIMIT} s", None
-        ) from None
+        except TimeoutError:
+            raise Transient(
+                f"the summariser took longer than {settings.CTXHUB_JOB_TIME_LIMIT} s", None
+            ) from None
+        telemetry.summarised(span, job.summarizer, compacted.report)
     if compacted.report.outcome == "fallback" and summarizer.transient is not None:
         # The marker stood in because of an error worth retrying: retry instead of writing it.
         error = summarizer.transient

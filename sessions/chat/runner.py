@@ -37,6 +37,7 @@ from pydantic_ai.usage import RequestUsage
 
 from ctxhub.governance import count_tokens
 from ctxhub.governance.llm import OFFLINE_PREFIX, UnknownOfflineModel
+from sessions import telemetry
 from sessions.chat import turns
 from sessions.chat.agent import chat_agent
 from sessions.chat.stream import TurnStream, render_turn, send
@@ -151,24 +152,34 @@ class TurnRun:
                 listener.cancel()
 
     async def _execute(self) -> None:
-        status, error = TurnStatus.DONE, ""
-        try:
-            agent = chat_agent(self.session, self.turn.model, self)
-            if self.stopping:  # stopped before the run could start
-                raise asyncio.CancelledError
-            self.agent_task = asyncio.create_task(
-                agent.run(self.turn.prompt, event_stream_handler=self.stream.handle)
-            )
-            await self.agent_task
-        except asyncio.CancelledError:
-            if not self.stopping:  # the server is going down, not a Stop: let it
-                raise
-            status = TurnStatus.STOPPED
-        except Exception as exc:
-            status, error = TurnStatus.FAILED, describe(exc)
-            log.warning("chat turn %s failed: %s", self.turn.pk, error, exc_info=True)
-        await self.stream.flush()
-        turn = await database_sync_to_async(turns.finish)(self.turn, status, error=error)
+        # The turn's span; the agent's run, its model calls and tools, and each request the
+        # hub governs for it nest under it (the run's task starts inside it).
+        with telemetry.chat_turn(self.session, self.turn) as span:
+            status, error = TurnStatus.DONE, ""
+            try:
+                agent = chat_agent(self.session, self.turn.model, self)
+                agent.instrument = telemetry.agent_instrumentation()
+                if self.stopping:  # stopped before the run could start
+                    raise asyncio.CancelledError
+                self.agent_task = asyncio.create_task(
+                    agent.run(
+                        self.turn.prompt,
+                        event_stream_handler=self.stream.handle,
+                        # The session is the conversation, in the messages and in the spans.
+                        conversation_id=str(self.session.pk),
+                    )
+                )
+                await self.agent_task
+            except asyncio.CancelledError:
+                if not self.stopping:  # the server is going down, not a Stop: let it
+                    raise
+                status = TurnStatus.STOPPED
+            except Exception as exc:
+                status, error = TurnStatus.FAILED, describe(exc)
+                log.warning("chat turn %s failed: %s", self.turn.pk, error, exc_info=True)
+            await self.stream.flush()
+            turn = await database_sync_to_async(turns.finish)(self.turn, status, error=error)
+            telemetry.turn_finished(span, turn)
         await self.stream.finished(turn)
 
     async def _beat(self) -> None:

@@ -40,10 +40,12 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.tools import RunContext, ToolDefinition
 
+from ctxhub.governance.recall import recall_toolset
 from ctxhub.governance.report import ContextReport
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.toolsets import AbstractToolset
 
 T = TypeVar("T")
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -107,6 +109,24 @@ class Context(BaseModel):
 
     messages: list[ModelMessage]
     report: ContextReport
+
+
+class RecallHit(BaseModel):
+    """A passage the session's next request no longer carries in full."""
+
+    seq: int
+    part: int
+    kind: str
+    tool_name: str | None
+    fate: str
+    excerpt: str
+
+
+class Recalled(BaseModel):
+    query: str
+    hits: list[RecallHit]
+    text: str
+    """The answer as the recall tool gives it to a model."""
 
 
 class Job(BaseModel):
@@ -275,6 +295,11 @@ def _fork(
 def _export(session_id: uuid.UUID | str, format: str) -> _Call[str]:
     params = {"format": format}
     return _Call("GET", f"/sessions/{session_id}/export", str, params=params, text=True)
+
+
+def _recall(session_id: uuid.UUID | str, query: str, limit: int) -> _Call[Recalled]:
+    params = {"query": query, "limit": limit}
+    return _Call("GET", f"/sessions/{session_id}/recall", Recalled.model_validate, params=params)
 
 
 def _import(text: str) -> _Call[Session]:
@@ -486,6 +511,11 @@ class Hub:
         """A new session of the key's owner from an export's JSONL text."""
         return self._send(_import(text))
 
+    def recall(self, session_id: uuid.UUID | str, query: str, *, limit: int = 5) -> Recalled:
+        """Search what the session's next request no longer carries in full (masked, cut,
+        evicted, dropped, summarised): the best passages for ``query``, with their seqs."""
+        return self._send(_recall(session_id, query, limit))
+
 
 class AsyncHub:
     """The asynchronous client (what ``RemoteGovernor`` uses)."""
@@ -636,6 +666,9 @@ class AsyncHub:
     async def import_session(self, text: str) -> Session:
         return await self._send(_import(text))
 
+    async def recall(self, session_id: uuid.UUID | str, query: str, *, limit: int = 5) -> Recalled:
+        return await self._send(_recall(session_id, query, limit))
+
 
 # --- the remote capability ---------------------------------------------------------------------
 
@@ -658,10 +691,17 @@ class RemoteGovernor(AbstractCapability[Any]):
     with what the hub gave back); only what a run adds is pushed. The tool definitions the
     request carries are sent to the session when they differ from those sent last, so the hub
     counts them into the request.
+
+    The agent also gets the ``recall`` tool (``recall=False`` leaves it out): it searches, in
+    the hub, what the session's governed context no longer carries in full. Name it as the
+    session's policy does (``awareness.recall_tool_name``) when that is not ``recall``: the
+    notices the hub writes tell the model to call it by that name.
     """
 
     hub: AsyncHub
     session_id: uuid.UUID | str
+    recall: bool = True
+    recall_tool_name: str = "recall"
     _pushed: int | None = field(default=None, init=False, repr=False)
     """How many of the run's messages the hub has (None: the run has made no request yet)."""
     _tools: _SentTools = field(default_factory=lambda: _SentTools(), init=False, repr=False)
@@ -671,6 +711,15 @@ class RemoteGovernor(AbstractCapability[Any]):
         run = replace(self)
         run._tools = self._tools
         return run
+
+    def get_toolset(self) -> AbstractToolset[Any] | None:
+        if not self.recall:
+            return None
+
+        async def search(ctx: RunContext[Any], query: str, limit: int) -> str:
+            return (await self.hub.recall(self.session_id, query, limit=limit)).text
+
+        return recall_toolset(search, self.recall_tool_name)
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext

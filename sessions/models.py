@@ -327,6 +327,30 @@ class EvictedOutput(models.Model):
         super().save(*args, **kwargs)
 
 
+class MessagePiece(models.Model):
+    """A searchable piece of one part of a logged message, for ``recall``
+    (``sessions/services/recall.py``): written with the message, never changed.
+
+    The full-text index over ``text`` is the database's own, made by migration 0010: in
+    PostgreSQL a generated ``search`` column (``to_tsvector('english', text)``) under a GIN
+    index, in SQLite an FTS5 table kept by triggers.
+    """
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="pieces")
+    seq = models.PositiveIntegerField()
+    part = models.PositiveIntegerField(help_text="The part's index in its message.")
+    offset = models.PositiveIntegerField(help_text="Where the piece starts in the part's text.")
+    kind = models.CharField(max_length=16)
+    tool_name = models.CharField(max_length=200, blank=True)
+    text = models.TextField()
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "seq"], name="piece_session_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq}.{self.part}@{self.offset}"
+
+
 class GovernedSnapshot(models.Model):
     """A session's last governed context, for processes that have not governed it (derived
     data, rewritten freely; see ``sessions.snapshots``)."""

@@ -8,9 +8,12 @@ model is known (its tokenizer and context window decide the budget), and changes
 that request sends: the run's history keeps every message intact, so a later request — or
 the hub reading the run — still has the full record, exactly as the log-is-truth design wants.
 
-The request's real instructions and tool definitions (the agent's own, this capability's tool
+The request's real instructions and tool definitions (the agent's own, this capability's tools
 included) are counted into the budget. Evicted outputs go to an ``EvictionStore`` (in memory
-unless another is given) and the agent gets a tool to read them back by reference.
+unless another is given) and the agent gets a tool to read them back by reference. With
+``policy.awareness.recall`` (on by default) it also gets ``recall(query, limit)``, which
+searches, in memory, what the run's last governed request did not carry in full: masked, cut
+and evicted outputs, dropped and summarised messages (``recall.py``).
 
 With a ``summarizer`` (a cheaper model, or ``offline:extractive``), the run's older history is
 also summarised inside the run, before the request that would reach ``summarize_at`` of the
@@ -41,6 +44,7 @@ from .compact import Compacted, compact
 from .governed import Governed
 from .governor import Governor
 from .policy import Policy, Threshold
+from .recall import Piece, answer, fate_of, hidden, recall_toolset, search_history
 from .recovery import OverflowRecovery
 from .store import EvictionStore, InMemoryEvictionStore, read_evicted
 
@@ -59,6 +63,23 @@ class _RunSummary:
     last: ModelMessage
     """The run's message at ``covered - 1``, to know the run's history still begins so."""
     messages: list[ModelMessage]
+
+
+@dataclass
+class _Seen:
+    """What a run's last governed request hid, for the recall tool to search."""
+
+    history: list[ModelMessage]
+    """The run's messages, numbered by position."""
+    summarised: frozenset[int]
+    """Positions the request's history did not hold: a summary stood for them."""
+    messages: dict[int, str]
+    parts: dict[tuple[int, int], str]
+
+    def fate(self, piece: Piece) -> str | None:
+        if piece.seq in self.summarised:
+            return "summarised"
+        return fate_of(piece, self.messages, self.parts)
 
 
 @dataclass
@@ -89,6 +110,8 @@ class ContextGovernor(AbstractCapability[Any]):
     _refused: dict[str | None, int] = field(default_factory=dict, init=False, repr=False)
     """History tokens at which the run's summariser last gave nothing usable: it is not asked
     again before the history has grown by a quarter."""
+    _seen: dict[str | None, _Seen] = field(default_factory=dict, init=False, repr=False)
+    """What each run's last request hid, for ``recall``."""
 
     def __post_init__(self) -> None:
         if not 0 < self.summarize_at <= 1:
@@ -101,29 +124,39 @@ class ContextGovernor(AbstractCapability[Any]):
             self.recovery = None
 
     def get_toolset(self) -> AbstractToolset[Any] | None:
-        """The tool that reads an evicted output back, when eviction is on."""
-        if not self.policy.eviction.enabled:
-            return None
-        store = self.store
-
-        def read_evicted_output(
-            ref: str, offset: int = 0, limit: int = 200, grep: str | None = None
-        ) -> str:
-            """Read an output that was evicted from the context, by its reference.
-
-            Args:
-                ref: The reference shown in the evicted output's preview.
-                offset: First line (or match, with grep) to return, counting from 0.
-                limit: How many lines (or matches) to return.
-                grep: A regular expression; only matching lines are returned.
-            """
-            return read_evicted(store.get(ref), ref, offset=offset, limit=limit, grep=grep)
-
+        """The tools that reach what governance hid: reading an evicted output back (when
+        eviction is on) and ``recall`` (when the policy gives it)."""
         toolset: FunctionToolset[Any] = FunctionToolset()
-        toolset.add_function(
-            read_evicted_output, takes_ctx=False, name=self.policy.eviction.tool_name
-        )
-        return toolset
+        if self.policy.eviction.enabled:
+            store = self.store
+
+            def read_evicted_output(
+                ref: str, offset: int = 0, limit: int = 200, grep: str | None = None
+            ) -> str:
+                """Read an output that was evicted from the context, by its reference.
+
+                Args:
+                    ref: The reference shown in the evicted output's preview.
+                    offset: First line (or match, with grep) to return, counting from 0.
+                    limit: How many lines (or matches) to return.
+                    grep: A regular expression; only matching lines are returned.
+                """
+                return read_evicted(store.get(ref), ref, offset=offset, limit=limit, grep=grep)
+
+            toolset.add_function(
+                read_evicted_output, takes_ctx=False, name=self.policy.eviction.tool_name
+            )
+        awareness = self.policy.awareness
+        if awareness.recall:
+            recall = recall_toolset(self._recall, awareness.recall_tool_name)
+            for tool in recall.tools.values():
+                toolset.add_tool(tool)
+        return toolset if toolset.tools else None
+
+    async def _recall(self, ctx: RunContext[Any], query: str, limit: int) -> str:
+        seen = self._seen.get(ctx.run_id)
+        hits = [] if seen is None else search_history(seen.history, seen.fate, query, limit)
+        return answer(query, hits)
 
     async def wrap_run(
         self, ctx: RunContext[Any], *, handler: WrapRunHandler
@@ -138,6 +171,7 @@ class ContextGovernor(AbstractCapability[Any]):
             self._governors.pop(ctx.run_id, None)
             self._runs.pop(ctx.run_id, None)
             self._refused.pop(ctx.run_id, None)
+            self._seen.pop(ctx.run_id, None)
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -179,6 +213,8 @@ class ContextGovernor(AbstractCapability[Any]):
                 self._refused[ctx.run_id] = self._history_tokens(governed)
         for ref, text in governed.evicted.items():
             self.store.put(ref, text)
+        if self.policy.awareness.recall:
+            self._seen[ctx.run_id] = _seen(messages, history, governed)
         request_context.messages = governed.messages
         if self.on_governed is not None:
             self.on_governed(governed)
@@ -251,3 +287,14 @@ class ContextGovernor(AbstractCapability[Any]):
         return await self.recovery.on_model_request_error(
             ctx, request_context=request_context, error=error
         )
+
+
+def _seen(run: list[ModelMessage], history: list[ModelMessage], governed: Governed) -> _Seen:
+    """What the request governed from ``history`` (the run's messages, or a summary and the
+    messages after it) hid of the run's messages."""
+    numbers = {id(message): n for n, message in enumerate(run)}
+    positions = [numbers.get(id(message)) for message in history]
+    messages, parts = hidden(governed.report, lambda position: positions[position])
+    held = set(positions)
+    summarised = frozenset(n for n in range(len(run)) if n not in held)
+    return _Seen(list(run), summarised, messages, parts)

@@ -60,6 +60,7 @@ from .counting import MARK
 from .facts import count_tokens, message_facts
 from .ledger import LedgerItem
 from .policy import Policy, Threshold
+from .recall import mention
 from .steps.window import notice_omitted
 from .summaries import (
     ACKNOWLEDGEMENT,
@@ -176,8 +177,18 @@ async def compact(
     if summary_tokens < MIN_SUMMARY_TOKENS:
         least = plan.kept_tokens + MIN_SUMMARY_TOKENS
         return reporting.unchanged("refused", error=_grows(plan, f"at least {least}"))
+    awareness = policy.awareness
     summary = await write_summary(
-        plan, messages, summarizer, focus, summarizer_window, summary_tokens, form, on_chunk, model
+        plan,
+        messages,
+        summarizer,
+        focus,
+        summarizer_window,
+        summary_tokens,
+        form,
+        on_chunk,
+        model,
+        hint=mention(awareness.recall_tool_name) if awareness.recall else None,
     )
     return _compacted(reporting, summary, policy, pinned, user_messages_tokens)
 

@@ -77,9 +77,11 @@ async def write_summary(
     form: Form,
     on_chunk: ChunkCallback | None,
     model: str | None,
+    hint: str | None = None,
 ) -> Summary:
     """Summarise the plan's middle (with the earlier summaries it replaces), the ledger's
-    facts appended; the marker and the facts if the summariser fails."""
+    facts appended; the marker and the facts if the summariser fails. ``hint`` ends the text
+    (where the model can search what the summary left out)."""
     stripped, middle = plan.stripped, plan.middle
     tokenizer = tokenizer_for(model)
     represented = sum(messages_represented(s) for s in stripped.summaries) + sum(
@@ -126,6 +128,8 @@ async def write_summary(
             COMPACT_PREFIX if form == "two_message" else SUMMARY_PREFIX.format(count=represented)
         )
         text = f"{prefix}\n{reconciled.text}"
+    if hint:
+        text = f"{text}\n\n{hint}"
     note = {"compaction": "summary" if outcome == "summarized" else "marker"}
     when = stamp([m for _, m in middle])
     part = UserPromptPart(text, timestamp=when) if when else UserPromptPart(text)

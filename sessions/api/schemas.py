@@ -240,6 +240,23 @@ class EvictedOut(Schema):
     text: str
 
 
+class RecallHitOut(Schema):
+    seq: int = Field(description="The message's seq in the log.")
+    part: int = Field(description="The part's index in its message.")
+    kind: str = Field(description="user, assistant, tool call, tool output, retry or thinking.")
+    tool_name: str | None
+    fate: str = Field(
+        description="What governance did to it: masked, truncated, evicted, dropped, summarised…"
+    )
+    excerpt: str = Field(description="The stretch of the passage that matches best.")
+
+
+class RecallOut(Schema):
+    query: str
+    hits: list[RecallHitOut]
+    text: str = Field(description="The answer as the recall tool gives it to a model.")
+
+
 class GovernIn(_Body):
     messages: list[dict[str, Any]] = Field(max_length=100_000)
     model: str = Field(min_length=1, max_length=200)

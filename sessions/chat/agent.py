@@ -7,7 +7,8 @@ policy, pins and records. So the chat and an external agent pulling the context 
 view, and what each request carried is visible while the turn runs.
 
 The tools are the offline demo model's (list and read this repository's files, confined to
-it), whatever the model, plus reading back an output governance evicted, from the database.
+it), whatever the model, plus reading back an output governance evicted, from the database,
+and ``recall`` over what the session's governed context hides (the database's full-text search).
 Their definitions, as each request carries them, are handed to the hooks too: the session keeps
 them, so what is governed and shown counts them. A request refused for its length is retried
 smaller by ``OverflowRecovery``.
@@ -30,9 +31,10 @@ from pydantic_ai.toolsets import FunctionToolset
 from ctxhub.governance import Policy
 from ctxhub.governance.llm import resolve_model
 from ctxhub.governance.offline import OFFLINE_DEMO, demo_model, demo_toolset
+from ctxhub.governance.recall import answer, recall_toolset
 from ctxhub.governance.recovery import OverflowRecovery
 from sessions.models import AgentSession
-from sessions.services import read_evicted_output, session_policy
+from sessions.services import read_evicted_output, recall, session_policy
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -64,30 +66,39 @@ class HubGovernance(AbstractCapability[Any]):
     policy: Policy
 
     def get_toolset(self) -> AbstractToolset[Any] | None:
-        """Reading an evicted output back, from the session's stored outputs."""
-        if not self.policy.eviction.enabled:
-            return None
+        """Reading an evicted output back, from the session's stored outputs, and ``recall``
+        over what the session's governed context hides; each when the policy gives it."""
         session = self.session
-
-        async def read_evicted(
-            ref: str, offset: int = 0, limit: int = 200, grep: str | None = None
-        ) -> str:
-            """Read an output that was evicted from the context, by its reference.
-
-            Args:
-                ref: The reference shown in the evicted output's preview.
-                offset: First line (or match, with grep) to return, counting from 0.
-                limit: How many lines (or matches) to return.
-                grep: A regular expression; only matching lines are returned.
-            """
-            text = await database_sync_to_async(read_evicted_output)(
-                session, ref, offset=offset, limit=limit, grep=grep
-            )
-            return text if text is not None else f"No evicted output is stored under {ref!r}."
-
         toolset: FunctionToolset[Any] = FunctionToolset()
-        toolset.add_function(read_evicted, takes_ctx=False, name=self.policy.eviction.tool_name)
-        return toolset
+        if self.policy.eviction.enabled:
+
+            async def read_evicted(
+                ref: str, offset: int = 0, limit: int = 200, grep: str | None = None
+            ) -> str:
+                """Read an output that was evicted from the context, by its reference.
+
+                Args:
+                    ref: The reference shown in the evicted output's preview.
+                    offset: First line (or match, with grep) to return, counting from 0.
+                    limit: How many lines (or matches) to return.
+                    grep: A regular expression; only matching lines are returned.
+                """
+                text = await database_sync_to_async(read_evicted_output)(
+                    session, ref, offset=offset, limit=limit, grep=grep
+                )
+                return text if text is not None else f"No evicted output is stored under {ref!r}."
+
+            toolset.add_function(read_evicted, takes_ctx=False, name=self.policy.eviction.tool_name)
+        awareness = self.policy.awareness
+        if awareness.recall:
+
+            async def search(ctx: RunContext[Any], query: str, limit: int) -> str:
+                hits = await database_sync_to_async(recall)(session, query, limit)
+                return answer(query, hits)
+
+            for tool in recall_toolset(search, awareness.recall_tool_name).tools.values():
+                toolset.add_tool(tool)
+        return toolset if toolset.tools else None
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext

@@ -36,6 +36,7 @@ from sessions.services.log import (
     sessions_for,
     token_totals,
 )
+from sessions.services.recall import recall
 from sessions.services.records import (
     clear,
     pin,
@@ -76,6 +77,7 @@ __all__ = [
     "pin",
     "preview_compaction",
     "read_evicted_output",
+    "recall",
     "recount_tokens",
     "request_compaction",
     "resume_auto_compaction",

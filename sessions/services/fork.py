@@ -60,6 +60,7 @@ from sessions.models import (
     Compaction,
     EvictedOutput,
     Message,
+    MessagePiece,
     Pin,
 )
 from sessions.payloads import message_from_payload
@@ -221,7 +222,23 @@ def _copy_messages(session: AgentSession, fork: AgentSession, seq: int) -> set[s
             batch = []
     if batch:
         Message.objects.bulk_create(batch)
+    _copy_pieces(session, fork, seq)
     return refs
+
+
+def _copy_pieces(session: AgentSession, fork: AgentSession, seq: int) -> None:
+    """Copy the searchable pieces of the copied messages (``recall`` searches the fork's)."""
+    rows = session.pieces.filter(seq__lte=seq).values(*_PIECE_FIELDS)
+    batch: list[MessagePiece] = []
+    for row in rows.iterator(chunk_size=BATCH):
+        batch.append(MessagePiece(session=fork, **row))
+        if len(batch) == BATCH:
+            MessagePiece.objects.bulk_create(batch)
+            batch = []
+    MessagePiece.objects.bulk_create(batch)
+
+
+_PIECE_FIELDS = ("seq", "part", "offset", "kind", "tool_name", "text")
 
 
 _COMPACTION_FIELDS = ("actor_id", *Compaction.CONTENT_FIELDS)

@@ -29,6 +29,7 @@ from sessions.payloads import (
 )
 from sessions.services.errors import Conflict
 from sessions.services.governed import session_window
+from sessions.services.recall import store_pieces
 
 
 def session_tokenizer(session: AgentSession) -> Tokenizer:
@@ -122,6 +123,7 @@ def append_messages(
                 for i, (m, payload) in enumerate(zip(messages, payloads, strict=True))
             ]
         )
+        store_pieces(session, zip((row.seq for row in rows), messages, strict=True))
         totals = TokenTotals(
             messages=start + len(rows),
             tokens=(before["tokens"] or 0) + sum(row.tokens for row in rows),

@@ -436,9 +436,9 @@ async def test_a_turn_stores_the_agents_tools_and_the_xray_counts_them(
     assert turn.status == TurnStatus.DONE, turn.error
 
     await session.arefresh_from_db()
-    # The demo's tools, and reading an evicted output back: what each request carried.
+    # The demo's tools, reading an evicted output back and recall: what each request carried.
     names = [tool["name"] for tool in session.tool_definitions]
-    assert sorted(names) == ["list_files", "read_evicted_output", "read_file"]
+    assert sorted(names) == ["list_files", "read_evicted_output", "read_file", "recall"]
     total = sum(session.tool_tokens)
     assert total > 100
     sent = [r async for r in SentRequest.objects.filter(session=session).order_by("number")]

@@ -34,6 +34,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from .._work import Work
 from ..counting import MARK, message_tokens
 from ..facts import window_notice
+from ..recall import mention
 from .head import find_head_end
 
 CARRY_BELOW_CUT = 1_024
@@ -56,6 +57,9 @@ def build_notice(work: Work, omitted: int, timestamp: datetime) -> ModelRequest 
     if work.policy.window.notice is None:
         return None
     text = work.policy.window.notice.format(omitted=omitted)
+    awareness = work.policy.awareness
+    if awareness.recall:
+        text = f"{text} {mention(awareness.recall_tool_name)}"
     return ModelRequest(
         parts=[UserPromptPart(text, timestamp=timestamp)],
         metadata={MARK: {"notice": "window", "omitted": omitted}},
@@ -137,7 +141,7 @@ def triggered(work: Work) -> bool:
     triggers = work.policy.window.triggers
     if not triggers:
         return False
-    messages = work.kept.count(1) + (work.notice is not None)  # a notice is a message sent
+    messages = work.kept.count(1) + work.added_messages()  # a notice is a message sent
     for trigger in triggers:
         kind, value = trigger.resolve(work.window_tokens)
         if kind == "messages":

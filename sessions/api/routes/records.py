@@ -1,5 +1,5 @@
-"""What changes what the model sees: compactions and their jobs, clears, pins, undo; and
-evicted outputs read back."""
+"""What changes what the model sees: compactions and their jobs, clears, pins, undo; and what
+governance hid, read back: evicted outputs by reference, anything by ``recall``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,18 @@ from django.http import HttpRequest
 from ninja import Field, Router, Status
 from ninja.params import P, QueryEx
 
+from ctxhub.governance.recall import MOST_RESULTS, answer, query_terms
 from sessions import services
 from sessions.api.access import RecordId, api_key, need, owned_session
 from sessions.api.errors import ApiError
-from sessions.api.schemas import ERRORS, CompactionIn, EvictedOut, JobOut, RecordOut
+from sessions.api.schemas import (
+    ERRORS,
+    CompactionIn,
+    EvictedOut,
+    JobOut,
+    RecallOut,
+    RecordOut,
+)
 from sessions.models import ApiKey, Clear, Compaction, CompactionJob
 
 router = Router()
@@ -182,3 +190,21 @@ def evicted(
     if text is None:
         raise ApiError(404, "not_found", f"no evicted output {ref!r} in this session")
     return {"ref": ref, "text": text}
+
+
+@router.get("/sessions/{session_id}/recall", response={200: RecallOut, **ERRORS}, tags=["context"])
+def recall(
+    request: HttpRequest,
+    session_id: UUID,
+    query: QueryEx[str, P(min_length=1, max_length=1_000)],
+    limit: QueryEx[int, P(ge=1, le=MOST_RESULTS)] = 5,
+) -> dict[str, Any]:
+    """Search what the session's next request no longer carries in full (masked, cut and
+    evicted outputs, messages dropped or summarised; not what a clear hid): the passages that
+    match ``query`` best, one per part, with their seq. What the ``recall`` tool answers a
+    model with."""
+    session = owned_session(request, session_id, "read")
+    if not query_terms(query):
+        raise ApiError(422, "invalid", "query: has no word to search for", field="query")
+    hits = services.recall(session, query, limit)
+    return {"query": query, "hits": hits, "text": answer(query, hits)}

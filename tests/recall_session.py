@@ -27,7 +27,10 @@ ATTRIBUTES = (
     "budget code",
     "database host",
 )
-_SYLLABLES = "ka lo mir tan vek zor quil bra dun fey gop hax jin lum nop rud sev tor uzz wym".split()
+_SYLLABLES = (
+    "ka", "lo", "mir", "tan", "vek", "zor", "quil", "bra", "dun", "fey",
+    "gop", "hax", "jin", "lum", "nop", "rud", "sev", "tor", "uzz", "wym",
+)  # fmt: skip
 _FILLER = (
     "INFO worker-{n} processed {k} jobs for the {attribute} service in {ms} ms",
     "DEBUG cache hit ratio {k}% on shard {n}, owner unchanged",
@@ -97,9 +100,8 @@ def planted_session(
         messages.append(
             ModelRequest(parts=[ToolReturnPart("read_file", text, f"call-{turn}", timestamp=WHEN)])
         )
-        messages.append(
-            ModelResponse(parts=[TextPart(f"Batch {turn}: two retries, no failure.")], timestamp=WHEN)
-        )
+        answer = TextPart(f"Batch {turn}: two retries, no failure.")
+        messages.append(ModelResponse(parts=[answer], timestamp=WHEN))
         turn += 1
     return messages, planted
 

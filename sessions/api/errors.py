@@ -59,11 +59,15 @@ def service_error(error: ServiceError) -> HttpResponse:
 
 
 def field_path(loc: list[Any] | tuple[Any, ...]) -> str:
-    """``["body", "payload", "messages", 3, "parts", 0]`` → ``messages[3].parts[0]``."""
+    """``["body", "payload", "messages", 3, "parts", 0]`` → ``messages[3].parts[0]``;
+    ``["query", "query"]`` → ``query`` (a parameter may be named like its location)."""
+    rest = list(loc)
+    if rest and rest[0] in ("body", "query", "path", "header"):
+        where = rest.pop(0)
+        if where == "body" and rest[:1] in (["body"], ["payload"]):  # the body parameter's name
+            rest.pop(0)
     path = ""
-    for segment in loc:
-        if segment in ("body", "payload", "query", "path", "header"):
-            continue
+    for segment in rest:
         if isinstance(segment, int) or (isinstance(segment, str) and segment.isdigit()):
             path += f"[{segment}]"
         else:

@@ -219,7 +219,8 @@ async def test_an_external_agents_tools_reach_the_hub_when_they_change(
         patches = [path for method, path in transport.seen if method == "PATCH"]
         assert patches == [f"/api/v1/sessions/{session.id}"]
         stored = await hub.session(session.id)
-        assert sorted(t.name for t in stored.tools) == ["list_files", "read_file"]
+        # The demo's tools and RemoteGovernor's own recall.
+        assert sorted(t.name for t in stored.tools) == ["list_files", "read_file", "recall"]
         report = (await hub.context(session.id)).report
         assert report.tool_definition_tokens == stored.tool_tokens > 0
         # The history's room is smaller by them.
@@ -236,4 +237,4 @@ async def test_an_external_agents_tools_reach_the_hub_when_they_change(
         await other.run("read README.md")
         patches = [path for method, path in transport.seen if method == "PATCH"]
         assert len(patches) == 2
-        assert [t.name for t in (await hub.session(session.id)).tools] == ["read_file"]
+        assert [t.name for t in (await hub.session(session.id)).tools] == ["read_file", "recall"]

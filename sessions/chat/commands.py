@@ -1,10 +1,10 @@
 """Slash commands typed in the chat, through the same services as the dashboard's buttons.
 
 ``/compact [focus]``, ``/clear``, ``/history``, ``/context``, ``/pin [#seq]``, ``/unpin #seq``,
-``/fork [#seq]`` and ``/help``. A command is never sent to the model and never written to the
-log: what it changes is a record over the log (audited and pushed to every page, as a button's
-change is), or, for ``/fork``, a new session (the one typed in is left as it was); what it
-answers is a note in the chat of the page that typed it.
+``/fork [#seq]``, ``/recall words`` and ``/help``. A command is never sent to the model and
+never written to the log: what it changes is a record over the log (audited and pushed to every
+page, as a button's change is), or, for ``/fork``, a new session (the one typed in is left as it
+was); what it answers is a note in the chat of the page that typed it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib.humanize.templatetags.humanize import intcomma
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
+from ctxhub.governance.recall import query_terms
 from sessions import services
 from sessions.chat import turns
 from sessions.consumers_report import top_consumers
@@ -36,6 +37,10 @@ HELP = {
     "/fork [#seq]": (
         "a new session with the log up to a message (default: the latest) and the records "
         "over it, to go on from there another way"
+    ),
+    "/recall words": (
+        "search what the next request no longer carries in full (masked, cut, evicted, "
+        "dropped, summarised), as the model's recall tool does"
     ),
     "/help": "this list",
 }
@@ -171,6 +176,27 @@ def _fork(session: AgentSession, actor: Any, argument: str) -> Note:
     )
 
 
+def _recall(session: AgentSession, actor: Any, argument: str) -> Note:
+    if not query_terms(argument):
+        raise Invalid("say what to look for: /recall deploy key staging", field="prompt")
+    hits = services.recall(session, argument, 5)
+    if not hits:
+        return Note("recall", f"Nothing hidden from the next request matches {argument!r}.")
+    lines = [
+        f"#{hit.seq} {hit.kind}{f' of {hit.tool_name}' if hit.tool_name else ''} "
+        f"({hit.fate}): {' '.join(hit.excerpt.split())}"
+        for hit in hits
+    ]
+    first = hits[0].seq
+    return Note(
+        "recall",
+        f"{len(hits)} passage{'s' if len(hits) != 1 else ''} hidden from the next request "
+        f"match {argument!r}:",
+        lines,
+        link=(f"{session.get_absolute_url()}?at={first}", f"Show message #{first}"),
+    )
+
+
 def _help(session: AgentSession, actor: Any, argument: str) -> Note:
     return Note("help", "Commands:", [f"{name} — {what}" for name, what in HELP.items()])
 
@@ -183,5 +209,6 @@ _COMMANDS = {
     "pin": _pin,
     "unpin": _unpin,
     "fork": _fork,
+    "recall": _recall,
     "help": _help,
 }

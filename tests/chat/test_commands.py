@@ -163,3 +163,31 @@ def test_fork_at_the_latest_message_or_the_one_named(session: Any, alice: Any) -
         commands.run(session, alice, f"/fork #{last + 1}")
     with pytest.raises(NotFound, match="no message to fork"):
         commands.run(make_session(alice), alice, "/fork")
+
+
+def test_recall_lists_what_the_next_request_hides_and_leads_to_the_first(alice: Any) -> None:
+    from django.template.loader import render_to_string
+
+    from sessions.services.recall import hidden_now
+    from tests.recall_session import planted_session
+
+    session = make_session(alice, model="openai:gpt-4o", policy={"context_window": 32_000})
+    history, facts = planted_session(120)
+    services.append_messages(session, history, auto_compact=False)
+    found = hidden_now(session)
+    fact = next(f for f in facts if f.seq in found.messages or (f.seq, 0) in found.parts)
+
+    note = commands.run(session, alice, f"/recall {fact.query}")
+    assert note.command == "recall"
+    assert note.text.endswith(f"hidden from the next request match {fact.query!r}:")
+    assert note.lines[0].startswith(f"#{fact.seq} tool output of read_file (")
+    assert fact.value in note.lines[0]
+    assert note.link == (f"{session.get_absolute_url()}?at={fact.seq}", f"Show message #{fact.seq}")
+    html = render_to_string("sessions/_chat_note.html", {"note": note})
+    assert fact.value in html
+
+    nothing = commands.run(session, alice, "/recall zebra quokka")
+    assert nothing.text == "Nothing hidden from the next request matches 'zebra quokka'."
+    with pytest.raises(Invalid, match="say what to look for"):
+        commands.run(session, alice, "/recall ?!")
+    assert any(line.startswith("/recall") for line in commands.run(session, alice, "/help").lines)

@@ -473,3 +473,29 @@ async def test_a_turn_stores_the_agents_tools_and_the_xray_counts_them(
     await run_turn(session, owner, "list sessions")
     assert stored
     assert not any(stored)
+
+
+async def test_the_model_recalls_what_governance_hid_during_a_turn(
+    owner: Any, settings: Any
+) -> None:
+    from tests.recall_session import planted_session
+
+    settings.CTXHUB_DEMO_PACE_MS = 0
+    session = await sync_to_async(chat_session)(owner, policy={"context_window": 32_000})
+    history, facts = planted_session(120)
+    await sync_to_async(services.append_messages)(session, history, auto_compact=False)
+    sent = str((await sync_to_async(services.governed_context)(session)).messages)
+    fact = next(f for f in facts if f.value not in sent)
+
+    turn = await run_turn(session, owner, f"recall {fact.query}")
+    assert turn.status == TurnStatus.DONE, turn.error
+    rows = await sync_to_async(log_of)(session)
+    call, result, answer = (row.message for row in rows[-3:])
+    assert isinstance(call, ModelResponse)
+    assert [(p.tool_name, p.args_as_dict()) for p in call.parts if isinstance(p, ToolCallPart)] == [
+        ("recall", {"query": fact.query})
+    ]
+    returned = next(p for p in result.parts if isinstance(p, ToolReturnPart))
+    assert fact.value in str(returned.content)
+    assert f"#{fact.seq} tool output of read_file" in str(returned.content)
+    assert fact.value in str(answer)

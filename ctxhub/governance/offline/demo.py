@@ -3,8 +3,9 @@
 It answers every message by looking at this repository with two harmless tools — listing a
 directory and reading a file, both confined to the repository root — and then reports what it
 found. The outputs are real and sometimes large, so someone with no API key can chat and watch
-truncation, masking, the window and compaction act on them. Every answer says it comes from
-the offline demo model.
+truncation, masking, the window and compaction act on them. A message starting "recall" is
+looked up with the ``recall`` tool, when the agent has it (what governance hid, searched).
+Every answer says it comes from the offline demo model.
 
 The tools refuse absolute paths, ``..`` escapes, symbolic links leading outside the root and
 hidden files (``.env``, ``.git``), and read at most 256 KB of text.
@@ -44,6 +45,8 @@ TOOL_PACE_FACTOR = 10
 MAX_READ_BYTES = 256 * 1024
 MAX_TOOL_CALLS_PER_TURN = 3
 _PUNCTUATION = ",;:!?()[]{}'\"`"
+_RECALL = re.compile(r"^\s*recall\b[\s:,]*(.+)", re.IGNORECASE | re.DOTALL)
+"""A prompt asking to recall something: ``recall the deploy key``."""
 _LIST_WORDS = re.compile(
     r"\b(list|ls|files?|director(y|ies)|folders?|tree|structure|contents?)\b", re.I
 )
@@ -176,7 +179,10 @@ def _paths(prompt: str) -> list[str]:
     return list(dict.fromkeys([*slashed, *paths_in(prompt)]))
 
 
-def _plan(prompt: str) -> list[tuple[str, dict[str, Any]]]:
+def _plan(prompt: str, available: set[str]) -> list[tuple[str, dict[str, Any]]]:
+    asked = _RECALL.match(prompt)
+    if asked and "recall" in available:
+        return [("recall", {"query": asked.group(1).strip()[:500]})]
     paths = _paths(prompt)
     if paths:
         steps: list[tuple[str, dict[str, Any]]] = []
@@ -204,6 +210,8 @@ def _results(after: list[ModelMessage]) -> list[ToolReturnPart]:
 
 def _describe(result: ToolReturnPart) -> str:
     text = result.model_response_str()
+    if result.tool_name == "recall":  # what was found is the answer, not a preview of it
+        return f"- recall: {text[:3_000]}"
     lines = text.splitlines()
     first = lines[0] if lines else ""
     preview = next((ln.strip() for ln in lines[1:] if ln.strip()), "")
@@ -217,7 +225,7 @@ def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     available = {tool.name for tool in info.function_tools}
     results = _results(after)
     if {"list_files", "read_file"} <= available and len(results) < MAX_TOOL_CALLS_PER_TURN:
-        plan = _plan(prompt)
+        plan = _plan(prompt, available)
         if len(results) < len(plan):
             name, args = plan[len(results)]
             call_id = f"demo_{len(messages)}_{len(results)}"

@@ -392,8 +392,8 @@ class Awareness(_Model):
         default=False,
         description=(
             "Tell the model its window, the tokens in use and the governor's next action in a "
-            "short note at the end of the request; it changes only when the governor acts, so "
-            "the cached prefix is kept."
+            "short note written where the conversation stands when the governor acts; it stays "
+            "there, word for word, until the next action, so the cached prefix is kept."
         ),
     )
 

@@ -17,6 +17,7 @@ from operator import and_, not_
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
+from .budget_note import BudgetNote
 from .carried import Carry, base_counts
 from .counting import message_cache, message_tokens
 from .facts import MessageFacts
@@ -94,6 +95,16 @@ class Work:
     notice_omitted: int = 0
     notice_before: int | None = None
     """Position the notice goes in front of (None: after the last message)."""
+    note: BudgetNote | None = None
+    """The budget note the request carries, if the policy asks for one (see ``budget_note``):
+    not among the positions, and not in ``total()``: its room is held back from ``limit``."""
+    note_message: ModelRequest | None = None
+    note_before: int | None = None
+    """Position the note goes in front of (None: after the last message)."""
+    note_written: bool = False
+    """Whether this request wrote the note (an action, a new start), rather than replaying it."""
+    note_room: int = 0
+    """The room held back for the budget note (0: the request carries none)."""
     dropped_by: Drops = field(default_factory=Drops)
     changes: list[tuple[tuple[int, Transform], ...]] = field(init=False)
     """The part changes of each governed position; () where none."""
@@ -154,6 +165,16 @@ class Work:
     def notice_tokens(self) -> int:
         """Tokens of the window notice, if there is one."""
         return 0 if self.notice is None else message_tokens(self.notice, self.tokenizer)
+
+    def added_messages(self) -> int:
+        """Messages the request sends besides its positions: the window's notice and the
+        budget note (counted from the start of planning: it is written once the plan is)."""
+        return (self.notice is not None) + (self.note_room > 0 or self.note_message is not None)
+
+    def note_tokens(self) -> int:
+        """Tokens of the budget note, if the request carries one."""
+        message = self.note_message
+        return 0 if message is None else message_tokens(message, self.tokenizer)
 
     def exact_over(self, limit: int | None = None, *, eager: bool = False) -> bool:
         """Whether the kept messages exceed ``limit`` once governed, materialising newest first.

@@ -73,9 +73,10 @@ def _remasked(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
     if plan.cut is not None:
         replay_window(probe, plan.head_end, plan.cut, plan.spared, plan.omitted)
     mask(probe)
+    # An action writes its own budget note where the conversation stands: the old one goes.
     if probe.mask_span is None or probe.mask_span == plan.mask_span:
-        return replay(setup, plan)
-    return replay(setup, plan.model_copy(update={"mask_span": probe.mask_span}))
+        return replay(setup, plan.model_copy(update={"note": None}))
+    return replay(setup, plan.model_copy(update={"mask_span": probe.mask_span, "note": None}))
 
 
 def _cost_per_request(before: Work, after: Work, high: int, pace: int) -> float:
@@ -107,6 +108,14 @@ def _unchanged_prefix(before: Work, after: Work) -> int:
             if notices[0] != notices[1]:
                 break
             total += after.notice_tokens()
+        notes = (
+            before.note_message if before.note_before == position else None,
+            after.note_message if after.note_before == position else None,
+        )
+        if notes != (None, None):
+            if notes[0] != notes[1]:
+                break
+            total += after.note_tokens()
         if kept_before[position] != kept_after[position]:
             break
         if kept_after[position]:

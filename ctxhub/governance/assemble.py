@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pydantic_ai.messages import ModelMessage
 
 from ._work import Work
+from .counting import message_tokens
 from .positions import Messages
 from .steps.repaired import Repaired
 
@@ -30,18 +31,34 @@ def assemble(work: Work) -> list[ModelMessage]:
             read(index) if message is None else message  # type: ignore[arg-type]
             for index, message in zip(indices, governed, strict=True)
         ]
+    added = []
     if work.notice is not None:
-        before = work.notice_before
-        at = len(output) if before is None else work.kept.count(1, 0, before)
-        output.insert(at, work.notice)
+        added.append((_at(work, work.notice_before, len(output)), 0, work.notice))
+    if work.note_message is not None:
+        added.append((_at(work, work.note_before, len(output)), 1, work.note_message))
+    # The later first, so each goes where it was found; the notice before the note at one place.
+    for at, _, message in sorted(added, key=lambda item: (item[0], item[1]), reverse=True):
+        output.insert(at, message)
     return output
+
+
+def _at(work: Work, before: int | None, size: int) -> int:
+    """Where a message governance adds in front of position ``before`` (None: after the last)
+    goes among the kept ones."""
+    return size if before is None else work.kept.count(1, 0, before)
 
 
 def sent_tokens(work: Work) -> int:
     """Tokens of the messages a plan sends, every kept message governed (as ``assemble``
-    needs them): exact, whatever earlier calls carried over."""
+    needs them): exact, whatever earlier calls carried over. The budget note aside: its room
+    is held back from what the plan aims at (``request_tokens`` counts it)."""
     _governed(work)
     return work.total()
+
+
+def request_tokens(work: Work) -> int:
+    """Tokens of the messages a plan sends, the budget note included."""
+    return sent_tokens(work) + work.note_tokens()
 
 
 def shared_prefix_tokens(before: Work, after: Work) -> int:
@@ -49,12 +66,15 @@ def shared_prefix_tokens(before: Work, after: Work) -> int:
     a provider's prompt cache serves of ``after``'s request when ``before``'s was sent last.
     Both plans' kept messages are governed already (``sent_tokens``)."""
     tokens = 0
-    for position in range(len(after.kept)):
-        notices = [w.notice if w.notice_before == position else None for w in (before, after)]
-        if notices[0] != notices[1]:
+    for position in range(len(after.kept) + 1):
+        for added in (_notice_at, _note_at):
+            found = [added(w, position) for w in (before, after)]
+            if found[0] != found[1]:
+                return tokens
+            if found[1] is not None:
+                tokens += message_tokens(found[1], after.tokenizer)
+        if position == len(after.kept):
             return tokens
-        if notices[1] is not None:
-            tokens += after.notice_tokens()
         kept = before.kept[position], after.kept[position]
         if kept[0] != kept[1]:
             return tokens
@@ -64,6 +84,20 @@ def shared_prefix_tokens(before: Work, after: Work) -> int:
                 return tokens
             tokens += after.tokens[position]
     return tokens
+
+
+def _notice_at(work: Work, position: int) -> ModelMessage | None:
+    """The window's notice, if it goes in front of ``position`` (the history's size: after
+    the last message)."""
+    before = len(work.kept) if work.notice_before is None else work.notice_before
+    return work.notice if before == position else None
+
+
+def _note_at(work: Work, position: int) -> ModelMessage | None:
+    """The budget note, if it goes in front of ``position`` (the history's size: after the
+    last message)."""
+    before = len(work.kept) if work.note_before is None else work.note_before
+    return work.note_message if before == position else None
 
 
 def _governed(work: Work) -> list[tuple[int, int]]:

@@ -86,7 +86,8 @@ class MessageFacts:
     maskable: frozenset[int] = frozenset()
     """Part numbers of the ordinary tool outputs governance did not write itself."""
     notice: bool = False
-    """A window notice governance wrote (see ``steps.window.notice_omitted``)."""
+    """A notice governance wrote: the window's (see ``steps.window.notice_omitted``), or the
+    budget note of a request governed before (``budget_note``), which no keep counts."""
     omitted: int = 0
     """The number of messages that notice says were omitted."""
     instructions: bool = False
@@ -269,7 +270,7 @@ def _compute_facts(
         outputs=outputs,
         output_digests=digests,
         maskable=frozenset(n for n in outputs if not _written(parts[n])),
-        notice=omitted is not None,
+        notice=omitted is not None or is_budget_note(message),
         omitted=omitted or 0,
         instructions=message.instructions is not None,
         timestamp=request_timestamp(message),
@@ -319,6 +320,27 @@ def window_notice(message: ModelMessage) -> int | None:
         omitted = note.get("omitted", 0)
         return omitted if isinstance(omitted, int) else 0
     return None
+
+
+BUDGET_NOTE = {"notice": "budget"}
+"""The mark of a budget note governance wrote (``budget_note``), on its request and its part."""
+
+
+def is_budget_note(message: ModelMessage) -> bool:
+    """Whether ``message`` is a budget note governance wrote (marked on the request, or on its
+    part when a framework merged the request into another)."""
+    if not isinstance(message, ModelRequest):
+        return False
+    if _noted(message.metadata):
+        return True
+    return any(isinstance(p, SystemPromptPart) and _noted(p.metadata) for p in message.parts)
+
+
+def _noted(metadata: object) -> bool:
+    if not isinstance(metadata, dict):
+        return False
+    mark = metadata.get(MARK)
+    return isinstance(mark, dict) and mark.get("notice") == BUDGET_NOTE["notice"]
 
 
 ABORTED_PREFIXES = ("<turn_aborted>", "<turn-aborted>")

@@ -28,7 +28,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ._work import Work
 from .actions import action_due, cheapest_action
-from .assemble import sent_tokens, shared_prefix_tokens
+from .assemble import request_tokens, sent_tokens, shared_prefix_tokens
 from .facts import MessageFacts
 from .governed import Acted, Governed, ToolDefinitions
 from .pipeline import (
@@ -37,7 +37,17 @@ from .pipeline import (
     finish,
     set_up,
 )
-from .plans import Plan, State, fresh_plan, plan_holds, plan_of, replay
+from .plans import (
+    Plan,
+    State,
+    fresh_plan,
+    note_is_current,
+    plan_holds,
+    plan_of,
+    replay,
+    with_note,
+    write_note,
+)
 from .policy import LARGEST, Policy
 from .prepared import WorkCache
 
@@ -174,6 +184,9 @@ class Governor:
         hysteresis = self.policy.hysteresis
         if not hysteresis.enabled:
             work, steps = act(setup, setup.limit())
+            if setup.note_on:
+                sent_tokens(work)
+                write_note(setup, work)  # every request on its own: the note too
             self._remember(setup, None, same_lineage=False)
             return finish(setup, work, steps, self._cache, None)
         started = self._started(setup)
@@ -185,22 +198,26 @@ class Governor:
         replayed, replay_steps = replay(setup, plan)
         now = sent_tokens(replayed)
         state = self._state
-        growth = _growth(state, now) if continued else state.growth
+        growth = _growth(state, now + replayed.note_tokens()) if continued else state.growth
         due = action_due(setup, replayed, hysteresis.high_water)
         if due is None:
+            plan, shared = _noted(setup, replayed, plan, continued)
             governed = finish(setup, replayed, replay_steps, self._cache, started)
-            return self._sent(setup, governed, replayed, plan, growth, continued)
+            return self._sent(setup, governed, replayed, plan, growth, continued, shared)
         work, steps = cheapest_action(setup, plan, replayed, growth, started=not continued)
         work.materialised |= replayed.materialised  # read to find the action due
         sent = sent_tokens(work)
         if due == "high_water" and continued and now - sent < hysteresis.min_reclaim_tokens:
             # Below the budget, an action must free enough to pay for the cache it breaks.
             replayed.materialised |= work.materialised  # read to weigh the action
+            plan, shared = _noted(setup, replayed, plan, continued)
             governed = finish(setup, replayed, replay_steps, self._cache, None)
-            return self._sent(setup, governed, replayed, plan, growth, continued)
+            return self._sent(setup, governed, replayed, plan, growth, continued, shared)
+        new_plan = plan_of(setup, work, steps)
+        if setup.note_on:
+            new_plan = with_note(setup, new_plan, write_note(setup, work))
         # The replayed plan sends the previous request, grown: what the action keeps of it.
         shared = shared_prefix_tokens(replayed, work) if continued else None
-        new_plan = plan_of(setup, work, steps)
         governed = finish(setup, work, steps, self._cache, started or due)
         return self._sent(setup, governed, work, new_plan, growth, continued, shared)
 
@@ -235,7 +252,7 @@ class Governor:
         self._remember(
             setup,
             plan,
-            sent_tokens(work),
+            request_tokens(work),
             growth,
             same_lineage=continued,
             tail=(len(messages), last, _last_tokens(work)),
@@ -349,8 +366,29 @@ def _digest(message: ModelMessage) -> str:
     return blake2b(ModelMessagesTypeAdapter.dump_json([message]), digest_size=16).hexdigest()
 
 
+def _noted(setup: Setup, work: Work, plan: Plan, continued: bool) -> tuple[Plan, int | None]:
+    """The plan of a request sent without an action, with its budget note: the plan's own,
+    replayed where it was written, unless the request starts anew (a new start writes one) or
+    the window or budget it states changed; and, when the note is written again, how much of
+    the previous request the new one keeps (up to where the old note stood)."""
+    if not setup.note_on or (continued and note_is_current(setup, plan.note)):
+        return plan, None
+    old = work.note_before if work.note_message is not None else None
+    kept = None
+    if continued and work.note_message is not None:
+        end = len(work.kept) if old is None else old
+        kept = sum(work.tokens[:end])
+        notice = len(work.kept) if work.notice_before is None else work.notice_before
+        if work.notice is not None and notice <= end:
+            kept += work.notice_tokens()
+    return with_note(setup, plan, write_note(setup, work)), kept
+
+
 def _last_tokens(work: Work) -> int:
-    """Tokens of the last message a plan sends (the window's notice, when it comes last)."""
+    """Tokens of the last message a plan sends (the budget note or the window's notice, when
+    it comes last)."""
+    if work.note_message is not None and work.note_before is None:
+        return work.note_tokens()
     if work.notice is not None and work.notice_before is None:
         return work.notice_tokens()
     last = work.kept.rfind(1)

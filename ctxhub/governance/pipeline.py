@@ -21,9 +21,10 @@ from pydantic_ai.messages import ModelMessage
 
 from ._work import Work
 from .assemble import assemble
+from .budget_note import LARGEST_SHARE, reserve
 from .carried import Carry
 from .carry import carry_of, over_with_caps, seed
-from .facts import MessageFacts
+from .facts import MessageFacts, is_budget_note
 from .governed import Acted, Governed, ToolDefinitions, tool_definition_tokens
 from .landmarks import current_turn, duplicates, landmarks
 from .names import Detail, StepName
@@ -73,11 +74,18 @@ class Setup:
     duplicates: dict[tuple[int, int], tuple[int, int]]
     carried: Carry | None
     carried_shared: int | None
+    note_reserve: int = 0
+    """Room held back for the budget note (0: the request carries none; see ``budget_note``)."""
+
+    @property
+    def note_on(self) -> bool:
+        """Whether the request carries a budget note."""
+        return self.note_reserve > 0
 
     def limit(self, share: float = 1.0) -> int:
         """Most tokens the messages may take to use ``share`` of the history budget (system
-        prompt parts are in the messages and always kept)."""
-        return int(self.budget * share) + self.system_parts
+        prompt parts are in the messages and always kept), the budget note's room held back."""
+        return max(int(self.budget * share) - self.note_reserve, 0) + self.system_parts
 
 
 def set_up(
@@ -115,6 +123,7 @@ def set_up(
         else tool_definition_tokens(tool_definitions, tokenizer)
     )
     budget = policy.history_budget(window_tokens, system_parts + instructions_tokens + tools)
+    note_reserve = _note_reserve(policy, window_tokens, budget, tokenizer, prepared, source)
     normalized, carried, shared = _repaired(prepared, source, policy, tokenizer)
     turn_start, latest_prompt = current_turn(normalized)
     pinned_indices = (i for i in pinned if 0 <= i < len(input_facts))
@@ -143,7 +152,27 @@ def set_up(
         duplicates=duplicates(prepared, normalized) if policy.dedupe.enabled else {},
         carried=carried,
         carried_shared=shared,
+        note_reserve=note_reserve,
     )
+
+
+def _note_reserve(
+    policy: Policy,
+    window: int,
+    budget: int,
+    tokenizer: Tokenizer,
+    prepared: Prepared,
+    source: Messages,
+) -> int:
+    """The room the budget note takes at most, when the request carries one: the policy asks
+    for it, the history has messages and no note of an earlier pass (a governed request governed
+    again keeps its own), and the note takes at most a tenth of the budget."""
+    if not policy.awareness.budget_note or not prepared.facts:
+        return 0
+    if any(is_budget_note(source[index]) for index in prepared.system_at):
+        return 0
+    tokens = reserve(policy, window, tokenizer)
+    return 0 if tokens * LARGEST_SHARE > budget else tokens
 
 
 def _prepared(
@@ -227,7 +256,8 @@ def new_work(
         latest_prompt=setup.latest_prompt,
         window_tokens=setup.window_tokens,
         landmarks=setup.landmarks,
-        outside_tokens=setup.instructions_tokens + setup.tool_tokens,
+        outside_tokens=setup.instructions_tokens + setup.tool_tokens + setup.note_reserve,
+        note_room=setup.note_reserve,
         carried=setup.carried,
         carried_shared=setup.carried_shared,
         duplicates=setup.duplicates if repeated is None else repeated,
@@ -314,7 +344,8 @@ def finish(
     out_instr_tokens = tokenizer.count(out_instructions) if out_instructions else 0
     # Every kept position holds its governed message's count (a dropped one 0), and system
     # prompt parts are never rewritten, so the output's totals need no pass over its messages.
-    tokens_after = work.total_tokens + work.notice_tokens() + out_instr_tokens
+    note_tokens = work.note_tokens()
+    tokens_after = work.total_tokens + work.notice_tokens() + note_tokens + out_instr_tokens
     system_after = (
         sum(work.facts[p].system_tokens for p in setup.landmarks.system if work.kept[p])
         + out_instr_tokens
@@ -333,6 +364,9 @@ def finish(
         "fits": fits,
         "reason": None if fits else _reason(setup, work),
         "acted": acted,
+        "budget_note": None
+        if work.note is None
+        else {**work.note.figures(), "tokens": note_tokens, "written": work.note_written},
     }
     governed = Governed(
         output,

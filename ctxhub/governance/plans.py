@@ -1,12 +1,22 @@
 """What a Governor's action decided, in positions of the repaired history, and how a later
 request replays it: the same window cut and notice, the same masked results, the same outputs
-counted as older, the same repeated outputs referenced."""
+counted as older, the same repeated outputs referenced, the same budget note where it was
+written."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ._work import Work
+from .budget_note import BudgetNote, acts_of, position
 from .carry import seed
 from .pipeline import (
     Setup,
@@ -50,6 +60,18 @@ class Plan(State):
     replayable: bool = True
     """False when the action took a last resort (iteration groups dropped, outputs shrunk):
     the next request acts again."""
+    note: BudgetNote | None = None
+    """The budget note written with the plan (``Policy.awareness.budget_note``), sent where it
+    was written until the next action."""
+
+    @model_serializer(mode="wrap")
+    def _without_no_note(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without a note, the JSON is that of a plan before notes were: a stored state stays
+        byte for byte what it was."""
+        data: dict[str, Any] = handler(self)
+        if data.get("note") is None:
+            data.pop("note", None)
+        return data
 
 
 def replay(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
@@ -69,7 +91,68 @@ def replay(setup: Setup, plan: Plan) -> tuple[Work, Steps]:
         replay_window(work, plan.head_end, plan.cut, plan.spared, plan.omitted)
         steps.append(("window", f"{plan.omitted} messages omitted"))
     dedupe_step(work, steps)
+    if plan.note is not None and setup.note_on:
+        place(work, plan.note)
     return work, steps
+
+
+def place(work: Work, note: BudgetNote | None) -> None:
+    """Send ``note`` with the request ``work`` plans (None: no note)."""
+    work.note = note
+    work.note_message = None if note is None else note.message()
+    work.note_before = None if note is None or note.before >= len(work.facts) else note.before
+    work.note_written = False
+
+
+def write_note(setup: Setup, work: Work) -> BudgetNote:
+    """Write the budget note for the request ``work`` plans (every kept message governed:
+    ``sent_tokens``) where the conversation stands, with that request's figures (see
+    ``budget_note``); the note replaces any the plan carried."""
+    policy = setup.policy
+    hysteresis = policy.hysteresis
+    budget = setup.budget
+    before = position(work.facts)
+    system = sum(work.facts[p].system_tokens for p in setup.landmarks.system if work.kept[p])
+    others = work.total_tokens + work.notice_tokens() - system
+    note = BudgetNote(
+        before=before,
+        at=work.facts[before - 1].timestamp,
+        window=setup.window_tokens,
+        budget=budget,
+        used=max(others, 0),
+        acts_at=int(budget * hysteresis.high_water) if hysteresis.enabled else budget,
+        cuts_to=int(budget * hysteresis.low_water) if hysteresis.enabled else None,
+        acts=acts_of(policy),
+    )
+    # The figure counts the note itself: a figure's tokens grow only with its digits, so the
+    # point where the two agree is found in a step or two.
+    for _ in range(8):
+        place(work, note)
+        used = max(others + work.note_tokens(), 0)
+        if used == note.used:
+            break
+        note = note.model_copy(update={"used": used})
+    place(work, note)
+    work.note_written = True
+    return note
+
+
+def with_note(setup: Setup, plan: Plan, note: BudgetNote) -> Plan:
+    """``plan`` carrying ``note``; the message before the note is anchored too, so the note
+    is replayed only where the history still repairs to the same message."""
+    index = setup.normalized.index
+    anchors = set(plan.anchors)
+    at = note.before - 1
+    if 0 <= at < len(index):
+        anchors.add((at, index[at]))
+    return plan.model_copy(update={"note": note, "anchors": tuple(sorted(anchors))})
+
+
+def note_is_current(setup: Setup, note: BudgetNote | None) -> bool:
+    """Whether a plan's note still states the request's window and budget (another window, or
+    other tool definitions or instructions, change the start of the request: the note is
+    written again then, at no cost to the cache)."""
+    return note is not None and note.window == setup.window_tokens and note.budget == setup.budget
 
 
 def plan_of(setup: Setup, work: Work, steps: Steps) -> Plan:
@@ -134,6 +217,8 @@ def plan_holds(plan: Plan, setup: Setup) -> bool:
         return False
     span = plan.mask_span
     if span is not None and not (part(span[0], span[1]) and part(span[2], span[3])):
+        return False
+    if plan.note is not None and plan.note.before > size:
         return False
     if not all(part(a, b) and part(c, d) for a, b, c, d in plan.repeated):
         return False

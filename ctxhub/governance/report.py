@@ -57,6 +57,29 @@ class StepReport(_Model):
     detail: str = ""
 
 
+class BudgetNoteReport(_Model):
+    """The budget note a request carries (``Policy.awareness.budget_note``): the figures it
+    states, those of the request it was written in, which it keeps until the governor acts."""
+
+    window_tokens: int
+    budget_tokens: int
+    used_tokens: int
+    """The history's tokens in the request it was written in, the note included (that
+    request's ``history_tokens_after``)."""
+    acts_at_tokens: int
+    """History tokens past which the governor acts next."""
+    cuts_to_tokens: int | None
+    """What that action cuts the history down to; None with hysteresis off."""
+    acts: list[str]
+    """What the governor does then: mask, window (or drop_groups, shrink)."""
+    text: str
+    tokens: int
+    """The note's own tokens in this request (counted in ``tokens_after``, as history)."""
+    written: bool
+    """Whether this request wrote it (an action, a new start, another window or budget);
+    False: an earlier request wrote it, and it is sent again word for word."""
+
+
 class ContextReport(_Model):
     """The budget, the tokens before and after, and the fate of every message and part.
 
@@ -86,6 +109,9 @@ class ContextReport(_Model):
     steps: list[StepReport]
     messages: list[MessageReport]
     evicted_refs: list[str]
+    budget_note: BudgetNoteReport | None = None
+    """The budget note the request carries, if the policy asks for one; its message is among
+    ``messages`` (``index`` None, one ``system-prompt`` part)."""
 
     @property
     def history_tokens_after(self) -> int:

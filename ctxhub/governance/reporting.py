@@ -55,22 +55,24 @@ def build_report(
     """The report of a finished ``govern`` call; ``cache`` is reused and updated."""
     tally = Tally()
     with cache.lock:
-        reports, notice_at = _message_reports(work, normalized, input_facts, cache, totals, tally)
+        reports, notice_at, note_at = _message_reports(
+            work, normalized, input_facts, cache, totals, tally
+        )
+    added: list[tuple[int, int, MessageReport]] = []
     if work.notice is not None:
         notice = message_facts(work.notice, work.tokenizer)
         tally.add("window", 0, -notice.tokens)
-        reports.insert(
-            len(reports) if notice_at is None else notice_at,
-            MessageReport(
-                index=None,
-                kind="request",
-                zone="middle",
-                kept=True,
-                tokens_before=0,
-                tokens_after=notice.tokens,
-                parts=[part_report(notice.part_kinds[0], None, "synthesized", 0, notice.tokens)],
-            ),
-        )
+        at = len(reports) if notice_at is None else notice_at
+        added.append((at, 0, _added_report(notice, "middle")))
+    if work.note_message is not None:
+        note = message_facts(work.note_message, work.tokenizer)
+        at = len(reports) if note_at is None else note_at
+        # Written where the conversation stands (the tail), and kept there until the next
+        # action, which does not move the tail before it.
+        added.append((at, 1, _added_report(note, "tail")))
+    # The later first, so each goes where it was found; the notice before the note at one place.
+    for at, _, report in sorted(added, key=lambda item: (item[0], item[1]), reverse=True):
+        reports.insert(at, report)
     step_reports = [
         StepReport(
             step=name,
@@ -100,6 +102,21 @@ def build_report(
         steps=step_reports,
         messages=reports,
         evicted_refs=sorted(evicted),
+        budget_note=summary.get("budget_note"),
+    )
+
+
+def _added_report(facts: MessageFacts, zone: Zone) -> MessageReport:
+    """The report of a message governance added to the request (the window's notice, the
+    budget note): one part, synthesized."""
+    return MessageReport(
+        index=None,
+        kind="request",
+        zone=zone,
+        kept=True,
+        tokens_before=0,
+        tokens_after=facts.tokens,
+        parts=[part_report(facts.part_kinds[0], None, "synthesized", 0, facts.tokens)],
     )
 
 
@@ -110,9 +127,9 @@ def _message_reports(
     cache: ReportCache,
     totals: PartTotals,
     tally: Tally,
-) -> tuple[list[MessageReport], int | None]:
+) -> tuple[list[MessageReport], int | None, int | None]:
     """Every input message's report in input order, each message pair repair added after the
-    one before it; and where the window notice goes among them.
+    one before it; and where the window notice and the budget note go among them.
 
     Positions are taken in stretches that share a fate: kept in one zone, or dropped by the
     window (only the window drops messages between the head and the tail; groups are dropped
@@ -129,6 +146,7 @@ def _message_reports(
     dropped_inputs = normalized.dropped
     next_dropped = 0
     notice_at: int | None = None
+    note_at: int | None = None
     middle_start, middle_end = work.head_end + 1, work.tail_start
     breaks = sorted(
         {
@@ -139,6 +157,7 @@ def _message_reports(
             middle_start,
             middle_end,
             -1 if work.notice_before is None else work.notice_before,
+            -1 if work.note_before is None else work.note_before,
         }
     )
     repaired: dict[int, RepairedEntry] = {}
@@ -164,6 +183,8 @@ def _message_reports(
                 next_dropped += 1
         if position == work.notice_before:
             notice_at = len(reports)
+        if position == work.note_before:
+            note_at = len(reports)
         if position in states:
             # Parts the last-resort shrink cut: reported from their states.
             fact = input_facts[index] if index is not None else None
@@ -200,7 +221,7 @@ def _message_reports(
         reports.append(dropped_input(index, input_facts, moved_away, tally))
     # Only the repaired messages of this call are remembered: the others are gone for good.
     cache.repaired = repaired
-    return reports, notice_at
+    return reports, notice_at, note_at
 
 
 def _window_dropped(

@@ -33,7 +33,7 @@ from ctxhub.governance import (
     Policy,
 )
 from ctxhub.governance.counting import MARK
-from ctxhub.governance.facts import message_facts, window_notice
+from ctxhub.governance.facts import is_budget_note, message_facts, window_notice
 from ctxhub.governance.steps.normalize import normalize
 from ctxhub.governance.tokens import tokenizer_for
 
@@ -86,7 +86,8 @@ def reference_report(
     assert [entry.index for entry in entries] == [i for i, _ in order]
     decided = {p: entry for entry, (_, p) in zip(entries, order, strict=True) if p is not None}
 
-    # The messages sent: the kept positions in order, and the notice of this request.
+    # The messages sent: the kept positions in order, and the notice and the budget note of
+    # this request.
     sent = governed.messages
     repaired_ids = {id(message) for message in base}
     notices = [
@@ -96,8 +97,17 @@ def reference_report(
     ]
     assert len(notices) <= 1, notices
     notice_k = notices[0] if notices else None
+    notes = [
+        k
+        for k, message in enumerate(sent)
+        if is_budget_note(message) and id(message) not in repaired_ids
+    ]
+    assert len(notes) <= 1, notes
+    note_k = notes[0] if notes else None
+    assert (note_k is not None) == (report.budget_note is not None)
+    added = {k for k in (notice_k, note_k) if k is not None}
     kept_positions = [p for p in range(size) if decided[p].kept]
-    sent_kept = [message for k, message in enumerate(sent) if k != notice_k]
+    sent_kept = [message for k, message in enumerate(sent) if k not in added]
     assert len(kept_positions) == len(sent_kept), (kept_positions, len(sent_kept))
     out = dict(zip(kept_positions, sent_kept, strict=True))
     for position, message in out.items():
@@ -262,26 +272,33 @@ def reference_report(
             )
         else:
             reports.append(message_report(position))
-    if notice_k is not None:
-        notice = sent[notice_k]
-        tokens = message_facts(notice, tokenizer).tokens
-        add("window", 0, -tokens)
-        # It goes right before the first message sent after it.
+    # The notice and the note go right before the first message sent after them (the note
+    # after the notice at one place); the note is written where the conversation stands, in
+    # the tail, and stays there until the next action.
+    inserts = []
+    for k in sorted(added):
+        message = sent[k]
+        tokens = message_facts(message, tokenizer).tokens
+        kept_before = k - sum(1 for other in added if other < k)
+        following = kept_positions[kept_before] if kept_before < len(kept_positions) else None
+        if k == notice_k:
+            add("window", 0, -tokens)
+        where = "middle" if k == notice_k else "tail"
         at = len(reports)
-        if notice_k < len(kept_positions):
-            at = next(k for k, (_, p) in enumerate(order) if p == kept_positions[notice_k])
-        reports.insert(
-            at,
-            MessageReport(
-                index=None,
-                kind="request",
-                zone="middle",
-                kept=True,
-                tokens_before=0,
-                tokens_after=tokens,
-                parts=[part(notice.parts[0], "synthesized", 0, tokens)],
-            ),
+        if following is not None:
+            at = next(j for j, (_, p) in enumerate(order) if p == following)
+        entry = MessageReport(
+            index=None,
+            kind="request",
+            zone=where,
+            kept=True,
+            tokens_before=0,
+            tokens_after=tokens,
+            parts=[part(message.parts[0], "synthesized", 0, tokens)],
         )
+        inserts.append((at, k, entry))
+    for at, _, entry in sorted(inserts, key=lambda item: (item[0], item[1]), reverse=True):
+        reports.insert(at, entry)
 
     assert sorted(governed.evicted) == sorted(set(evicted_refs))
     truncated = tally.pop(TRUNCATED, [0, 0])
@@ -329,11 +346,12 @@ def reference_report(
 
 
 def _is_notice_entry(entry: MessageReport) -> bool:
-    """Whether a report entry is the window notice (the only user prompt governance adds)."""
+    """Whether a report entry is the window notice or the budget note (the only user prompt
+    and the only system prompt governance adds)."""
     return (
         entry.index is None
         and len(entry.parts) == 1
-        and entry.parts[0].part_kind == "user-prompt"
+        and entry.parts[0].part_kind in ("user-prompt", "system-prompt")
         and entry.parts[0].action == "synthesized"
     )
 

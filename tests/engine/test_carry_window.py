@@ -123,6 +123,8 @@ POLICIES = {
     ),
     "groups": _policy(context_window=2_500, drop_groups=True, shrink_newest=True),
     "no-eviction": _policy(eviction={"threshold_tokens": None}, text={"limit": 64}),
+    "budget note": _policy(awareness={"budget_note": True}),
+    "budget note, every call": _policy(awareness={"budget_note": True}, **EVERY_CALL),
 }
 
 

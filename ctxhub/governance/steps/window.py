@@ -141,7 +141,7 @@ def triggered(work: Work) -> bool:
     triggers = work.policy.window.triggers
     if not triggers:
         return False
-    messages = work.kept.count(1) + (work.notice is not None)  # a notice is a message sent
+    messages = work.kept.count(1) + work.added_messages()  # a notice is a message sent
     for trigger in triggers:
         kind, value = trigger.resolve(work.window_tokens)
         if kind == "messages":

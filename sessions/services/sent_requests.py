@@ -54,6 +54,8 @@ def open_sent_request(session: AgentSession, number: int) -> OpenedRequest | Non
     governed = governor.govern(
         history.messages,
         pinned=history.positions(history.state.pins),
+        # The tool definitions as they were counted then: they decide the budget.
+        tool_tokens=row.tool_tokens,
         facts=history.facts,
         context_window_tokens=session.context_window,
     )

@@ -178,8 +178,8 @@ def top_consumers(context: GovernedContext, *, top: int = TOP) -> Consumers:
             framing_stored -= before
             framing_sent -= after
             kind, tool = part.part_kind, part.tool_name
-            if kind == "system-prompt":
-                continue
+            if kind == "system-prompt" and message.index is not None:
+                continue  # the system prompt's (the budget note, added, is history's)
             if tool is None or kind not in TOOL_KINDS:
                 others[_other_kind(kind, message.kind, seq)].add(before, after)
                 continue
@@ -236,7 +236,7 @@ def _unanswered(calls: list[_Call], tool: str) -> _Call | None:
 
 
 def _other_kind(part_kind: str, message_kind: str, seq: int | None) -> str:
-    if seq is None:  # written by governance: a summary, a window notice
+    if seq is None:  # written by governance: a summary, a window notice, the budget note
         return "notes"
     if part_kind == "user-prompt":
         return "user"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import TYPE_CHECKING
 
-from ctxhub.governance.report import MessageReport, PartReport
+from ctxhub.governance.report import BudgetNoteReport, MessageReport, PartReport
 from sessions.history import RecordState
 from sessions.presenters import MessageView, PartView
 from sessions.services.costs import SessionCost, session_cost
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 CATEGORIES: tuple[tuple[str, str], ...] = (
     ("system", "System and instructions"),
     ("tools", "Tool definitions"),
+    ("note", "Budget note"),
     ("pinned", "Pinned"),
     ("summary", "Summary"),
     ("head", "Head"),
@@ -38,7 +39,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("margin", "Safety margin"),
     ("free", "Free"),
 )
-USED = ("system", "tools", "pinned", "summary", "head", "middle", "tail")
+USED = ("system", "tools", "note", "pinned", "summary", "head", "middle", "tail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,8 @@ class XRay:
     """What the session's responses cost so far, from the usage their providers reported."""
     tools: list[tuple[str, int]] = field(default_factory=list)
     """The tool definitions sent: each one's name and tokens."""
+    note: BudgetNoteReport | None = None
+    """The budget note the request carries (``Policy.awareness.budget_note``), if it does."""
 
     @property
     def tools_title(self) -> str:
@@ -119,9 +122,11 @@ class _Run:
 
 def category_of(report: MessageReport, written: bool) -> str:
     """Where a kept message's tokens count: a compaction's own message is the summary; one
-    holding only the system prompt (kept by a clear) is the system prompt's."""
+    holding only the system prompt (kept by a clear) is the system prompt's; the one governance
+    adds with a system prompt is the budget note (history, not the system prompt: the report
+    counts it so)."""
     if report.parts and all(p.part_kind == "system-prompt" for p in report.parts):
-        return "system"
+        return "note" if report.index is None else "system"
     if report.zone == "pinned":
         return "pinned"
     if written:
@@ -141,8 +146,9 @@ def xray(context: GovernedContext) -> XRay:
         seq = context.seq_of(message.index)
         written = message.index is not None and seq is None
         category = category_of(message, written)
+        # The system prompt's own tokens are counted above (the budget note is not one).
         system = sum(p.tokens_after for p in message.parts if p.part_kind == "system-prompt")
-        own = message.tokens_after - system
+        own = message.tokens_after - (0 if category == "note" else system)
         tokens[category] += own
         if runs and runs[-1].category == category:
             runs[-1].tokens += own
@@ -189,6 +195,7 @@ def xray(context: GovernedContext) -> XRay:
         steps=[(s.step, s.parts, s.tokens_removed, s.detail) for s in report.steps if s.parts],
         cost=session_cost(context.session),
         tools=session_tools(context.session, report.model).named,
+        note=report.budget_note,
     )
 
 

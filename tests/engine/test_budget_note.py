@@ -34,6 +34,7 @@ from ctxhub.governance import (
 from ctxhub.governance.budget_note import reserve
 from ctxhub.governance.counting import message_tokens
 from ctxhub.governance.facts import is_budget_note
+from ctxhub.governance.offline import demo_model, demo_toolset
 from ctxhub.governance.recovery import shrink_history
 from ctxhub.governance.tokens import tokenizer_for
 from tests.messages import agent_turns, reply, tool_call, tool_result, user, words
@@ -342,3 +343,23 @@ async def test_the_model_of_an_agent_run_receives_the_note(
     assert len(set(texts)) < len(texts)
     # The run's own history holds no note: it is part of the request, not of the history.
     assert not any(is_budget_note(m) for m in result.all_messages())
+
+
+async def test_the_offline_demo_model_reads_the_note_as_no_prompt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The note reaches a function model as <system>-tagged user text, joined to a request of
+    # tool results after an action: taken for the prompt, the demo model planned again after
+    # every action and never answered.
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", False)
+    policy = Policy(context_window=16_000, reserved_output_tokens=1_000)
+    governor = ContextGovernor(policy.model_copy(update={"awareness": _policy().awareness}))
+    agent = Agent(demo_model(), toolsets=[demo_toolset()], capabilities=[governor])
+    history: list[ModelMessage] = []
+    prompts = ["read README.md", "read docs/engine.md", "list sessions/api"]
+    prompts += ["read docs/governed-session.md", "read docs/dashboard.md", "read docs/api.md"]
+    for prompt in prompts:
+        result = await agent.run(prompt, message_history=history)
+        assert "Here is what I found" in result.output
+        assert len(result.new_messages()) <= 6
+        history = result.all_messages()

@@ -159,14 +159,25 @@ def demo_toolset(root: Path | str | None = None, *, pace: float = 0.0) -> Functi
 
 
 def _turn(messages: list[ModelMessage]) -> tuple[str, list[ModelMessage]]:
-    """The latest user prompt and the messages after it."""
+    """The latest user prompt and the messages after it.
+
+    A system prompt in the middle of the conversation (the budget note) reaches a function
+    model as ``<system>``-tagged user text, in the request it joins: nobody's prompt."""
     for position in range(len(messages) - 1, -1, -1):
         message = messages[position]
         if isinstance(message, ModelRequest):
             for part in message.parts:
-                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                if (
+                    isinstance(part, UserPromptPart)
+                    and isinstance(part.content, str)
+                    and not part.content.startswith(SYSTEM_VOICE)
+                ):
                     return part.content, messages[position + 1 :]
     return "", []
+
+
+SYSTEM_VOICE = "<system"
+"""How pydantic-ai opens a system prompt it sends as user text."""
 
 
 def _paths(prompt: str) -> list[str]:

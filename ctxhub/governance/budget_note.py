@@ -29,11 +29,12 @@ action the old note goes and a new one is written where the conversation then st
 request changes from the old note on at the latest, which an action mostly rewrites anyway
 (moving the window rewrites everything after the head; masking, from the first result it
 masks, seldom one newer than the last action), and the governor weighs each candidate action
-with the prefix it keeps up to there. It is a mid-conversation system prompt, which pydantic-ai sends in place (a system entry
-where the provider takes one there, ``<system>``-tagged user text elsewhere), never hoisted into
-the standing system prompt. It is also written again, without an action, when the window or the
-history budget changes (other tool definitions or instructions): those change the start of the
-request, so the cache is rewritten then whatever the note does.
+with the prefix it keeps up to there. It is a mid-conversation system prompt, which pydantic-ai
+sends in place (a system entry where the provider takes one there, ``<system>``-tagged user
+text elsewhere), never hoisted into the standing system prompt. It is also written again,
+without an action, when the window or the history budget changes (other tool definitions or
+instructions): those change the start of the request, so the cache is rewritten then whatever
+the note does.
 
 **What it says.** The figures of the request it was written in: the window, the history budget,
 the history's tokens there (the note included, as the report counts it: the note's figure is that

@@ -68,6 +68,8 @@ def _partition_policy(
         # The notice marks where the summary goes, even where the policy cuts silently.
         notice=DEFAULT_NOTICE,
     )
+    # The partition becomes the compacted history: a budget note belongs to a request sent.
+    data["awareness"].update(budget_note=False)
     return Policy.model_validate(data)
 
 

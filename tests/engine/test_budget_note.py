@@ -28,6 +28,7 @@ from ctxhub.governance import (
     Governed,
     Governor,
     Policy,
+    compact,
     count_tokens,
     govern,
 )
@@ -363,3 +364,15 @@ async def test_the_offline_demo_model_reads_the_note_as_no_prompt(
         assert "Here is what I found" in result.output
         assert len(result.new_messages()) <= 6
         history = result.all_messages()
+
+
+async def test_a_compaction_keeps_no_note_in_the_history_it_makes() -> None:
+    # The compacted history is what the window keeps, the summary where it cut: a note there
+    # would be stored with the compaction and sent forever after.
+    policy = _policy(context_window=8_000)
+    compacted = await compact(SESSION, policy, summarizer="offline:extractive", model=MODEL)
+    assert compacted.report.outcome == "summarized"
+    assert not any(is_budget_note(m) for m in compacted.messages)
+    # The next request still carries one, the Governor's own.
+    governed = govern(compacted.messages, policy, model=MODEL)
+    assert len(_notes(governed)) == 1

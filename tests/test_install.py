@@ -91,7 +91,8 @@ def test_the_wheel_ships_the_library_and_nothing_else(wheel: Path) -> None:
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
     assert {
-        "ctxhub/client.py",
+        "ctxhub/client/__init__.py",
+        "ctxhub/client/remote.py",
         "ctxhub/py.typed",
         "ctxhub/governance/encodings/o200k_base.tiktoken",
         "ctxhub/governance/encodings/cl100k_base.tiktoken",

@@ -14,7 +14,8 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCall
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
-from ctxhub.client import AsyncHub, Hub, HubError, RemoteGovernor, _wait
+from ctxhub.client import AsyncHub, Hub, HubError, RemoteGovernor
+from ctxhub.client.calls import wait
 from ctxhub.governance.offline import demo_model, demo_toolset
 from sessions.api.keys import create_key
 from sessions.models import Message
@@ -57,7 +58,7 @@ class LosesFirstAnswer(httpx.BaseTransport):
 def test_a_retried_append_stores_once(
     server: str, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ctxhub.client._wait", lambda response, attempt: 0.0)
+    monkeypatch.setattr("ctxhub.client.calls.wait", lambda response, attempt: 0.0)
     transport = LosesFirstAnswer()
     with Hub(server, key) as setup:
         session = setup.create_session("Retried", model="openai:gpt-4o")
@@ -97,9 +98,9 @@ def test_sessions_messages_and_context_round_trip(server: str, key: str) -> None
 
 def test_the_client_waits_as_the_server_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     asked = httpx.Response(429, headers={"Retry-After": "7"})
-    assert 7 <= _wait(asked, 0) <= 60
-    assert _wait(httpx.Response(503), 0) <= 0.5
-    assert _wait(httpx.Response(503), 10) <= 8
+    assert 7 <= wait(asked, 0) <= 60
+    assert wait(httpx.Response(503), 0) <= 0.5
+    assert wait(httpx.Response(503), 10) <= 8
     calls: list[int] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -117,7 +118,7 @@ def test_the_client_waits_as_the_server_asks(monkeypatch: pytest.MonkeyPatch) ->
         return handler(request)
 
     hub = Hub("http://hub.test", "k", transport=httpx.MockTransport(recording))
-    monkeypatch.setattr("ctxhub.client._wait", lambda response, attempt: 0.0)
+    monkeypatch.setattr("ctxhub.client.calls.wait", lambda response, attempt: 0.0)
     assert hub.append("s", [user("x")]).tokens == 1
     assert len(calls) == 3
     assert len(set(keys)) == 1  # one key, reused on each retry

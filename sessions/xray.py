@@ -79,6 +79,7 @@ class XRay:
     tokens_before: int
     messages_before: int
     messages_after: int
+    """The history's messages sent (the budget note, written by governance, aside)."""
     fits: bool
     reason: str | None
     over: int
@@ -173,7 +174,7 @@ def xray(context: GovernedContext) -> XRay:
         history=report.history_tokens_after,
         tokens_before=report.tokens_before,
         messages_before=report.messages_before,
-        messages_after=report.messages_after,
+        messages_after=report.messages_after - (report.budget_note is not None),
         fits=report.fits,
         reason=report.reason,
         over=max(-room, 0),

@@ -142,7 +142,9 @@ def recall(session: AgentSession, query: str, limit: int = 5) -> list[Hit]:
                 key = (piece.seq, piece.part, piece.offset)
                 candidates.setdefault(key, piece)
                 keys.add(key)
-    documents = session.pieces.filter(seq__in=seqs).count() if candidates else 0
+    # The words' frequencies are counted over the hidden pieces, the documents over all of the
+    # session's: near enough for BM25's weights, without a second list of every hidden seq.
+    documents = session.pieces.count() if candidates else 0
     ranked = rank(
         list(candidates.values()),
         terms,

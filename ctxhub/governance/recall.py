@@ -148,7 +148,7 @@ def split(text: str) -> Iterator[tuple[int, str]]:
         if end >= len(text):
             yield start, text[start:]
             return
-        cut = max(text.rfind("\n", start + PIECE_CHARS // 2, end), -1)
+        cut = text.rfind("\n", start + PIECE_CHARS // 2, end)
         if cut < 0:
             cut = text.rfind(" ", start + PIECE_CHARS // 2, end)
         if cut < 0:

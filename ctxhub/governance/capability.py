@@ -204,7 +204,7 @@ class ContextGovernor(AbstractCapability[Any]):
         history = self._summarised(ctx, messages)
         governed = governed_from(history)
         if self.summarizer is not None and self._due(ctx, governed):
-            compacted = await self._compact(history, name, governed.window_tokens)
+            compacted = await self._compact(history, name, governed)
             if compacted.report.outcome in ("summarized", "fallback"):
                 summary = _RunSummary(len(messages), messages[-1], compacted.messages)
                 self._runs[ctx.run_id] = summary
@@ -247,14 +247,23 @@ class ContextGovernor(AbstractCapability[Any]):
         refused = self._refused.get(ctx.run_id)
         return refused is None or history > refused * 1.25
 
-    async def _compact(self, history: list[ModelMessage], model: str, window: int) -> Compacted:
-        """``history`` compacted by the summariser, within the window the request has."""
+    async def _compact(
+        self, history: list[ModelMessage], model: str, governed: Governed
+    ) -> Compacted:
+        """``history`` compacted by the summariser, within the window and beside the tools
+        the request ``governed`` has."""
         assert self.summarizer is not None
         policy = self.policy
         if policy.context_window is None:
-            policy = policy.model_copy(update={"context_window": window})
+            policy = policy.model_copy(update={"context_window": governed.window_tokens})
         compacted = await compact(
-            history, policy, summarizer=self.summarizer, model=model, keep=self.summary_keep
+            history,
+            policy,
+            summarizer=self.summarizer,
+            model=model,
+            keep=self.summary_keep,
+            tool_tokens=governed.tool_definition_tokens,
+            sent_now=governed.tokens_after + governed.tool_definition_tokens,
         )
         if self.on_compacted is not None:
             self.on_compacted(compacted)

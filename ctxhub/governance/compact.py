@@ -22,11 +22,18 @@ keep them, cut only at safe points; what the window would drop is what gets summ
   cap (20,000 by default, as AgenticLoop RFC 005 keeps them).
 * The fact ledger (``ledger.py``) appends every path, URL, identifier, error, command, number
   and name the summary dropped.
-* The compacted history aims at the low-water mark of the history budget, or at what the next
-  request carries now when that is less (``plan_compaction``). A summary larger than what it
-  replaces is refused (inflation guard), and so is a compaction that would make the next
-  request larger than it is (growth guard): the history is returned unchanged. Any summariser
-  failure puts co-cli's static marker (with the ledger) in its place.
+* The rule: every message before the kept tail that no summary covers yet is summarised (but
+  pins, the head and what the window always keeps), and the next request aims at the
+  Governor's low-water mark (``plan_compaction``). It may carry more than it does now, up to
+  that mark, when the summary replaces messages it drops or masks: a summary in place of a
+  gap is worth the tokens. It is refused only when it would pass that mark (or carry more
+  than now, where the summary would replace only messages sent in full), and a summary
+  larger than what it replaces is refused too (inflation guard): the history is returned
+  unchanged, and the report's ``error`` says why in a sentence.
+* The summary fits its room, the ledger's facts included: what does not fit is left out, the
+  least valuable first, and counted (``ledger_omitted``). A merged summary that shrinks to
+  less than half the earlier one and loses facts it kept is refused (the collapse guard).
+  Any summariser failure puts co-cli's static marker (with the ledger) in its place.
 
 Compaction never mutates its input; messages it changes are rebuilt with
 ``dataclasses.replace``.
@@ -50,6 +57,7 @@ from pydantic_ai.models import Model
 
 from .compaction_plan import (
     DEFAULT_USER_MESSAGES_TOKENS,
+    MIN_SUMMARY_TOKENS,
     CompactionPlan,
     Form,
     next_request_tokens,
@@ -58,7 +66,7 @@ from .compaction_plan import (
 from .compaction_summary import Outcome, Summary, write_summary
 from .counting import MARK
 from .facts import count_tokens, message_facts
-from .ledger import LedgerItem
+from .ledger import LedgerItem, contains
 from .policy import Policy, Threshold
 from .recall import mention
 from .steps.window import notice_omitted
@@ -79,8 +87,9 @@ class CompactionReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     outcome: Outcome
-    """``summarized``; ``fallback`` (the marker replaced the middle); ``refused`` (inflation
-    guard, history unchanged); ``nothing_to_compact``."""
+    """``summarized``; ``fallback`` (the marker replaced the middle); ``refused`` (history
+    unchanged, ``error`` says why); ``nothing_to_compact`` (no message before the kept tail
+    that no summary covers)."""
     error: str | None = None
     form: Form
     summarizer: str
@@ -89,9 +98,25 @@ class CompactionReport(BaseModel):
     tokens_before: int
     tokens_after: int
     sent_before: int
-    """Tokens the next request carried before, governed as a fresh Governor would."""
+    """Tokens the next request carried before (governed as a fresh Governor would, unless
+    the caller said): its messages and the tool definitions it was given."""
     sent_after: int
     """Tokens the next request carries after (``sent_before`` when nothing changed)."""
+    sent_after_max: int = 0
+    """What the plan promised the next request would carry at most (the summary filling its
+    room, ledger included); ``sent_after`` never passes it."""
+    low_water: int = 0
+    """Tokens the next request carries at the Governor's low-water mark."""
+    sent_limit: int = 0
+    """The most the next request may carry after the compaction: the low-water mark, or what
+    it carries now when more (or when the summary replaces only messages sent in full)."""
+    hidden_messages: int = 0
+    """Of the messages the summary stands for, those the next request did not carry in full
+    before (dropped by the window, an output masked, cut or evicted, or stood for by an
+    earlier summary): what the summary gives back."""
+    head_cut: bool = False
+    """Whether the head was cut to its first request to make room, its first run's work
+    summarised with the rest."""
     messages_before: int
     messages_after: int
     summarized_indices: list[int]
@@ -148,6 +173,8 @@ async def compact(
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
     form: Form = "inline",
     on_chunk: ChunkCallback | None = None,
+    tool_tokens: int = 0,
+    sent_now: int | None = None,
 ) -> Compacted:
     """Summarise the middle of a history with ``summarizer`` (a pydantic-ai model or its name).
 
@@ -157,7 +184,10 @@ async def compact(
     10 % of the window). ``form="two_message"`` summarises everything but pins and protected
     tools into the ``/compact`` form of co-cli: a request holding the system prompt, the kept
     user messages and the summary, then an acknowledgement. ``on_chunk(round, done, total)``
-    is told each time the summariser finishes a chunk.
+    is told each time the summariser finishes a chunk. ``tool_tokens`` counts the tool
+    definitions every request carries beside the messages, and ``sent_now`` what the next
+    request carries now where the caller's Governor knows (see ``plan_compaction``): the
+    report's ``sent_*`` and ``low_water`` count the tool definitions too.
     """
     started = time.perf_counter()
     policy = policy or Policy()
@@ -169,14 +199,14 @@ async def compact(
         keep=keep,
         form=form,
         user_messages_tokens=user_messages_tokens,
+        tool_tokens=tool_tokens,
+        sent_now=sent_now,
     )
     reporting = _Reporting(form, model_name(summarizer), model, focus, messages, plan, started)
-    if not plan.middle:
+    if not plan.new:
         return reporting.unchanged("nothing_to_compact")
-    summary_tokens = plan.summary_tokens_for(summary_tokens)
-    if summary_tokens < MIN_SUMMARY_TOKENS:
-        least = plan.kept_tokens + MIN_SUMMARY_TOKENS
-        return reporting.unchanged("refused", error=_grows(plan, f"at least {least}"))
+    if plan.summary_room < MIN_SUMMARY_TOKENS:
+        return reporting.unchanged("refused", error=no_room(plan))
     awareness = policy.awareness
     summary = await write_summary(
         plan,
@@ -190,7 +220,7 @@ async def compact(
         model,
         hint=mention(awareness.recall_tool_name) if awareness.recall else None,
     )
-    return _compacted(reporting, summary, policy, pinned, user_messages_tokens)
+    return _compacted(reporting, summary, policy, pinned, tool_tokens)
 
 
 def _compacted(
@@ -198,28 +228,32 @@ def _compacted(
     summary: Summary,
     policy: Policy,
     pinned: frozenset[int] | set[int],
-    user_messages_tokens: int,
+    tool_tokens: int,
 ) -> Compacted:
     """The history with ``summary`` in place of the plan's middle, unless a guard refuses it:
-    a summary larger than what it replaces, or a next request larger than it was."""
+    a summary larger than what it replaces, one that collapses an earlier summary, or a next
+    request past the plan's limit."""
     plan, messages, model = reporting.plan, reporting.messages, reporting.model
     tokenizer = tokenizer_for(model)
-    if summary.tokens > plan.summary_tokens_for(DEFAULT_SUMMARY_TOKENS):
-        # A longer summary than planned for (the ledger's facts) leaves less room for the user
-        # messages kept verbatim.
-        plan = plan.with_users_for(summary.tokens, user_messages_tokens, tokenizer)
     output = _assembled(plan, summary, reporting.form)
     replaced = _replaced(plan, messages, tokenizer)
     details = summary.details(plan, replaced)
     if summary.tokens >= replaced:
         details["error"] = (
-            f"inflation guard: the summary takes {summary.tokens} tokens, more than the "
-            f"{replaced} it would replace"
+            f"refused: the summary takes {summary.tokens:,} tokens, more than the "
+            f"{replaced:,} of the messages it would replace"
         )
         return reporting.unchanged("refused", summary.text, **details)
-    sent_after = next_request_tokens(output, messages, policy, model, pinned)
-    if sent_after > plan.sent_before:
-        details["error"] = _grows(plan, str(sent_after))
+    collapse = collapsed(plan, summary, tokenizer)
+    if collapse is not None:
+        details["error"] = collapse
+        return reporting.unchanged("refused", summary.text, **details)
+    sent_after = next_request_tokens(output, messages, policy, model, pinned, tool_tokens)
+    if sent_after > plan.limit:
+        details["error"] = (
+            f"refused: the next request would carry {sent_after:,} tokens, more than "
+            f"{limit_words(plan)}"
+        )
         return reporting.unchanged("refused", summary.text, **details)
     return Compacted(
         output,
@@ -234,15 +268,41 @@ def _compacted(
     )
 
 
-MIN_SUMMARY_TOKENS = 200
-"""The shortest summary worth writing: the fixed structure and a few facts."""
+def limit_words(plan: CompactionPlan) -> str:
+    """The plan's limit in words: the low-water mark, or what the next request carries now."""
+    if plan.limit == plan.low_water:
+        return f"the low-water mark of {plan.low_water:,}"
+    return f"the {plan.sent_before:,} it carries now"
 
 
-def _grows(plan: CompactionPlan, sent_after: str) -> str:
-    """Why a compaction is refused that would make the next request larger."""
+def no_room(plan: CompactionPlan) -> str:
+    """Why a compaction is refused whose kept messages leave a summary no room."""
     return (
-        f"growth guard: the next request carries {plan.sent_before} tokens now, and would "
-        f"carry {sent_after} compacted"
+        f"refused: what the compaction keeps (the head, pins and recent messages) takes "
+        f"{plan.kept_tokens:,} tokens of the next request, leaving less than "
+        f"{MIN_SUMMARY_TOKENS} for a summary below {limit_words(plan)}"
+    )
+
+
+def collapsed(plan: CompactionPlan, summary: Summary, tokenizer: Tokenizer) -> str | None:
+    """Why a merged summary is refused: it takes less than half the earlier summaries it
+    merges and lost facts they kept (left out for room); None when it holds."""
+    earlier = sum(tokenizer.count(text) for text in plan.stripped.summaries)
+    if not earlier or summary.tokens * 2 >= earlier:
+        return None
+    indices = set(plan.stripped.summary_indices)
+    lost = [
+        item.text
+        for item in summary.ledger.items
+        if item.index in indices and not contains(summary.text, item)
+    ]
+    if not lost:
+        return None
+    shown = ", ".join(lost[:3]) + (" …" if len(lost) > 3 else "")
+    return (
+        f"refused: the merged summary would take {summary.tokens:,} tokens, less than half "
+        f"the {earlier:,} of the summary it merges, and lose {len(lost):,} of its facts "
+        f"({shown}); the earlier summary stays"
     )
 
 
@@ -267,6 +327,11 @@ class _Reporting:
             "tokens_before": count_tokens(self.messages, model=self.model),
             "sent_before": self.plan.sent_before,
             "sent_after": self.plan.sent_before,
+            "sent_after_max": self.plan.sent_after_max,
+            "low_water": self.plan.low_water,
+            "sent_limit": self.plan.limit,
+            "hidden_messages": self.plan.unseen,
+            "head_cut": self.plan.head_cut,
             "messages_before": len(self.messages),
             "summarized_indices": [],
             "summarized_messages": 0,
@@ -318,6 +383,8 @@ def _assembled(plan: CompactionPlan, summary: Summary, form: Form) -> list[Model
     kept_users = [m for _, m in plan.users]
     metadata = {MARK: {**summary.note, "messages": summary.represented}}
     if form != "two_message":
+        # The next compaction finds the user messages kept here as covered by this summary.
+        metadata[MARK]["users"] = len(kept_users)
         return plan.assemble(ModelRequest(parts=[summary.part], metadata=metadata))
     user_parts = [p for m in kept_users for p in m.parts]
     first = ModelRequest(

@@ -18,11 +18,13 @@ from .facts import message_facts
 from .governed import Governed
 from .governor import govern
 from .policy import DEFAULT_NOTICE, MIN_TRUNCATION_TOKENS, Policy, Threshold
+from .report import MessageReport
 from .steps.truncate import truncate_text
 from .steps.window import notice_omitted
 from .summaries import (
     Stripped,
     is_summary_part,
+    messages_represented,
     strip_summaries,
 )
 from .summarise import (
@@ -41,7 +43,12 @@ DEFAULT_KEEP = Threshold(kind="fraction", value=0.1)
 
 
 def _partition_policy(
-    policy: Policy, keep: Threshold, window_tokens: int, *, keep_head: bool
+    policy: Policy,
+    keep: Threshold,
+    window_tokens: int,
+    *,
+    keep_head: bool,
+    head: Threshold | None = None,
 ) -> Policy:
     """The policy that makes ``govern`` show what compaction keeps: only the window, forced."""
     kind, value = keep.resolve(window_tokens)
@@ -65,6 +72,7 @@ def _partition_policy(
         triggers=[trigger],
         keep={"kind": kind, "value": max(1, value)},
         keep_head=keep_head,
+        head=head.model_dump() if head is not None else data["window"]["head"],
         # The notice marks where the summary goes, even where the policy cuts silently.
         notice=DEFAULT_NOTICE,
     )
@@ -149,6 +157,10 @@ def stamp(messages: Sequence[ModelMessage]) -> Any:
     return None
 
 
+MIN_SUMMARY_TOKENS = 200
+"""The shortest summary worth writing: the fixed structure and a few facts."""
+
+
 @dataclass(frozen=True)
 class CompactionPlan:
     """What a compaction will summarise and keep, decided before any model is called."""
@@ -157,18 +169,55 @@ class CompactionPlan:
     history: list[ModelMessage]
     partition: Governed
     middle: list[tuple[int, ModelMessage]]
-    """(input index, message) of each message the window would drop: what gets summarised."""
+    """(input index, message) of each message before the kept tail that no summary covers
+    yet (pins, the head and what the window always keeps aside): what gets summarised, with
+    the user messages earlier summaries kept verbatim (kept again, or not, beside the new)."""
     users: list[tuple[int, ModelRequest]]
     """(input index, copy) of the middle's user messages kept verbatim."""
     aim: int
-    """Tokens the compacted history aims at: the low-water mark of the history budget, or what
-    the next request carries now (``sent_before``) when that is less."""
+    """Tokens the next request aims at after the compaction: the low-water mark, or what it
+    carries now when that is less and the summary would replace only messages sent in full;
+    ``limit`` when what is kept leaves no room for a summary below that."""
     sent_before: int
-    """Tokens the next request carries before the compaction."""
+    """Tokens the next request carries before the compaction (its messages, system prompt
+    and instructions included, and its tool definitions, as every figure here)."""
     kept_tokens: int
     """Tokens the next request would carry of what the compaction keeps."""
+    low_water: int
+    """Tokens the next request carries at the Governor's low-water mark (below the
+    budget)."""
+    limit: int
+    """The most the next request may carry after the compaction, or it is refused: the
+    low-water mark, or what it carries now when that is more; what it carries now when the
+    summary would replace only messages it sends in full."""
+    hidden: int
+    """Messages of the middle the next request does not carry in full now (dropped by the
+    window, or with an output masked, cut or evicted): what the summary gives back."""
+    head_cut: bool = False
+    """Whether the head was cut to the first request to make room (its first run's work is
+    summarised with the middle)."""
     users_tokens: int = 0
     """Tokens of the user messages kept verbatim."""
+
+    @property
+    def new(self) -> list[tuple[int, ModelMessage]]:
+        """The messages of the middle no summary covers yet (none: nothing to compact)."""
+        carried = {index for index, _ in self.stripped.kept_users}
+        return [(index, message) for index, message in self.middle if index not in carried]
+
+    @property
+    def represented(self) -> int:
+        """Messages the summary stands for: the new ones, and those earlier summaries stood
+        for."""
+        earlier = sum(messages_represented(text) for text in self.stripped.summaries)
+        return earlier + sum(notice_omitted(m) or 1 for _, m in self.new)
+
+    @property
+    def unseen(self) -> int:
+        """Of those, the messages the next request does not carry in full now: the hidden
+        ones, and those earlier summaries stood for."""
+        earlier = sum(messages_represented(text) for text in self.stripped.summaries)
+        return earlier + self.hidden
 
     @property
     def room(self) -> int:
@@ -176,10 +225,23 @@ class CompactionPlan:
         kept verbatim."""
         return max(0, self.aim - self.kept_tokens)
 
+    @property
+    def summary_room(self) -> int:
+        """The most tokens the summary may take, ledger included: what the aim leaves beside
+        what is kept and the user messages kept verbatim."""
+        return max(0, self.room - self.users_tokens)
+
+    @property
+    def sent_after_max(self) -> int:
+        """The most the next request carries after the compaction (a summary filling its
+        room); ``sent_before`` when nothing is compacted."""
+        if not self.new:
+            return self.sent_before
+        return self.kept_tokens + self.users_tokens + self.summary_room
+
     def summary_tokens_for(self, requested: int) -> int:
-        """The longest summary to ask for: ``requested``, or what the room leaves beside the
-        user messages kept verbatim when that is less."""
-        return max(0, min(requested, self.room - self.users_tokens))
+        """The longest summary to ask for: ``requested``, or its room when that is less."""
+        return min(requested, self.summary_room)
 
     def with_users_for(self, summary_tokens: int, cap: int, tokenizer: Tokenizer) -> Self:
         """This plan keeping what user messages fit beside a summary of ``summary_tokens``
@@ -193,7 +255,7 @@ class CompactionPlan:
     def summarized_indices(self) -> list[int]:
         """Input indices the summary replaces, earlier summaries included (empty: nothing to
         compact)."""
-        if not self.middle:
+        if not self.new:
             return []
         return sorted({*(i for i, _ in self.middle), *self.stripped.summary_indices})
 
@@ -224,15 +286,27 @@ def plan_compaction(
     keep: Threshold | None = None,
     form: Form = "inline",
     user_messages_tokens: int = DEFAULT_USER_MESSAGES_TOKENS,
+    tool_tokens: int = 0,
+    sent_now: int | None = None,
 ) -> CompactionPlan:
     """The messages ``compact`` with the same arguments would summarise, without summarising:
     a preview, and the first half of ``compact`` itself.
 
-    The compacted history aims at the low-water mark of the history budget, or at what the
-    next request carries now when that is less: a compaction leaves the next requests room to
-    grow, and never makes the next one larger. Unless ``keep`` is given, fewer recent messages
-    are kept verbatim where they would leave the summary less than its share of the aim (half
-    of it, or the summary's default size when that is less).
+    Every message before the kept tail that no summary covers yet is summarised, but pins, the
+    head and what the window always keeps. The compacted request aims at the Governor's
+    low-water mark: it may carry more than the request now when the summary replaces messages
+    that request drops or masks (a summary in place of a gap), and less when it replaces
+    messages sent in full. Unless ``keep`` is given, fewer recent messages are kept where they
+    would leave the summary less than its share of the aim (half of it, or the summary's
+    default size when that is less, or an earlier summary's size when that is more); and where
+    even then the head leaves no room, the head is cut to the first request, its first run's
+    work summarised with the rest.
+
+    ``tool_tokens`` counts the tool definitions every request carries: the budget is what
+    they leave, and the plan's figures count them (what a request carries is its messages and
+    its tools). ``sent_now`` is what the next request carries now, where the caller's own
+    Governor sends something else than a fresh one would (a session governed request after
+    request); by default, what a fresh Governor sends.
     """
     policy = policy or Policy()
     tokenizer = tokenizer_for(model)
@@ -245,46 +319,118 @@ def plan_compaction(
         history.append(ModelRequest(parts=[UserPromptPart("\u2026")]))
     position_of = {index: p for p, index in enumerate(stripped.index)}
     pins = frozenset(position_of[i] for i in pinned if i in position_of)
-    keep_head = not two and policy.window.keep_head
-    sent_before = next_request_tokens(messages, messages, policy, model, pinned)
-    low_water = int(policy.history_budget(window_tokens) * policy.hysteresis.low_water)
-    aim = min(low_water, sent_before)
+    now = govern(messages, policy, model=model, pinned=pinned, tool_tokens=tool_tokens)
+    sent_before = now.tokens_after + tool_tokens if sent_now is None else sent_now
+    fixed = now.system_tokens + tool_tokens
+    low_water = int(now.budget_tokens * policy.hysteresis.low_water) + fixed
+    hiding = _hiding(now)
+    target = low_water if hiding else min(low_water, sent_before)
 
-    def partition_keeping(keep: Threshold) -> tuple[Governed, int]:
+    def partition_keeping(keep: Threshold, head: Threshold | None = None) -> tuple[Governed, int]:
         """What the window forced on keeps, and the tokens it would send, the notice
         standing where the summary goes."""
-        rules = _partition_policy(policy, keep, window_tokens, keep_head=keep_head)
+        rules = _partition_policy(
+            policy, keep, window_tokens, keep_head=not two and policy.window.keep_head, head=head
+        )
         partition = govern(history, rules, model=model, pinned=pins)
-        return partition, next_request_tokens(partition.messages, messages, policy, model, pinned)
+        kept = next_request_tokens(partition.messages, messages, policy, model, pinned, tool_tokens)
+        return partition, kept
 
+    head_cut = False
     if two:
         partition, kept = partition_keeping(Threshold(kind="tokens", value=1))
     else:
-        partition, kept = partition_keeping(keep or policy.window.keep or DEFAULT_KEEP)
-        # Where what is kept leaves the summary less than its share of the aim, fewer recent
-        # messages are kept (unless the caller said how many).
-        share = min(DEFAULT_SUMMARY_TOKENS, aim // 2)
-        if keep is None and _drops(partition) and kept > aim - share:
-            partition, kept = partition_keeping(_smaller_keep(partition, kept - (aim - share)))
+        earlier = sum(tokenizer.count(text) for text in stripped.summaries)
+        share = min(max(DEFAULT_SUMMARY_TOKENS, earlier), target // 2)
+        chosen = keep or policy.window.keep or DEFAULT_KEEP
+
+        def partition_within(head: Threshold | None = None) -> tuple[Governed, int]:
+            """The partition, with fewer recent messages where they leave the summary less
+            than its share (unless the caller said how many)."""
+            partition, kept = partition_keeping(chosen, head)
+            if keep is None and _drops(partition) and kept > target - share:
+                partition, kept = partition_keeping(
+                    _smaller_keep(partition, kept - (target - share)), head
+                )
+            return partition, kept
+
+        partition, kept = partition_within()
+        first = _first_request(history)
+        if kept > target - share and first is not None and _head_size(partition) > first + 1:
+            # The head alone leaves the summary no room: its first request stays (the task),
+            # the work of its first run is summarised with the middle.
+            head_cut = True
+            partition, kept = partition_within(Threshold(kind="messages", value=first + 1))
     middle = _middle(partition, stripped)
-    plan = CompactionPlan(stripped, history, partition, middle, [], aim, sent_before, kept)
-    # Where the room is short, the summary and the user's own words share it.
-    summary = min(DEFAULT_SUMMARY_TOKENS, plan.room // 2)
-    return plan.with_users_for(summary, user_messages_tokens, tokenizer)
+    hidden = _hidden_count(now, middle)
+    # Growing to the low-water mark (below the budget) is worth it only for a summary in place
+    # of what the model does not see now.
+    limit = max(low_water, sent_before) if hidden else sent_before
+    aim = min(low_water, limit)
+    if kept + MIN_SUMMARY_TOKENS > aim:
+        aim = limit
+    plan = CompactionPlan(
+        stripped,
+        history,
+        partition,
+        middle,
+        [],
+        aim,
+        sent_before,
+        kept,
+        low_water,
+        limit,
+        hidden,
+        head_cut,
+    )
+    # The user's own words take at most a quarter of the room: the summary's facts, which
+    # hold theirs too, need the rest when a long stretch is summarised.
+    return plan.with_users_for(plan.room - plan.room // 4, user_messages_tokens, tokenizer)
+
+
+def _hiding(governed: Governed) -> bool:
+    """Whether a governed request leaves out or cuts any message of its history."""
+    return any(_hides(report) for report in governed.report.messages if report.index is not None)
+
+
+def _hides(report: MessageReport) -> bool:
+    return not report.kept or any(p.action in HIDING for p in report.parts)
+
+
+HIDING = frozenset({"masked", "truncated", "evicted"})
+"""What a request does to a part that keeps the model from reading it in full (a deduplicated
+output is read in full where its newest copy is)."""
+
+
+def _hidden_count(governed: Governed, middle: list[tuple[int, ModelMessage]]) -> int:
+    """How many of the middle's messages the governed request does not carry in full."""
+    hiding = {r.index for r in governed.report.messages if r.index is not None and _hides(r)}
+    return sum(1 for index, _ in middle if index in hiding)
 
 
 def _middle(partition: Governed, stripped: Stripped) -> list[tuple[int, ModelMessage]]:
-    """(input index, message) of each message the window forced on drops."""
+    """(input index, message) of each message the window forced on drops, and of the user
+    messages earlier summaries kept."""
     dropped = [
         r.index
         for r in partition.report.messages
         if r.index is not None and not r.kept and r.index < len(stripped.index)
     ]
-    return [(stripped.index[p], stripped.history[p]) for p in dropped]
+    middle = [(stripped.index[p], stripped.history[p]) for p in dropped]
+    return sorted([*middle, *stripped.kept_users], key=lambda item: item[0])
 
 
 def _drops(partition: Governed) -> bool:
     return any(not m.kept for m in partition.report.messages if m.index is not None)
+
+
+def _head_size(partition: Governed) -> int:
+    """How many leading messages the window forced on kept as the head."""
+    return sum(1 for m in partition.report.messages if m.index is not None and m.zone == "head")
+
+
+def _first_request(history: Sequence[ModelMessage]) -> int | None:
+    return next((p for p, m in enumerate(history) if isinstance(m, ModelRequest)), None)
 
 
 def _smaller_keep(partition: Governed, excess: int) -> Threshold:
@@ -300,10 +446,12 @@ def next_request_tokens(
     policy: Policy,
     model: str | None,
     pinned: frozenset[int] | set[int],
+    tool_tokens: int = 0,
 ) -> int:
     """Tokens the next request carries for ``history`` (the original or its compaction, in
     which the messages pinned in ``original`` are the same objects), governed as a fresh
-    Governor would."""
+    Governor would: its messages, and ``tool_tokens`` of tool definitions."""
     pinned_ids = {id(original[i]) for i in pinned if 0 <= i < len(original)}
     pins = frozenset(p for p, m in enumerate(history) if id(m) in pinned_ids)
-    return govern(history, policy, model=model, pinned=pins).tokens_after
+    governed = govern(history, policy, model=model, pinned=pins, tool_tokens=tool_tokens)
+    return governed.tokens_after + tool_tokens

@@ -13,13 +13,12 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage
 
 from .compaction_plan import CompactionPlan, Form, stamp
-from .draft import render_draft
+from .draft import fit_draft, render_draft
 from .facts import message_facts
-from .ledger import Ledger, Reconciled, extract_ledger, reconcile
-from .steps.window import notice_omitted
-from .summaries import COMPACT_PREFIX, MARKER, SUMMARY_PREFIX, messages_represented
+from .ledger import Ledger, Reconciled, extract_ledger, facts_section, ranked, reconcile
+from .summaries import COMPACT_PREFIX, MARKER, SUMMARY_PREFIX
 from .summarise import ChunkCallback, render_message, request_worked_on, summarize
-from .tokens import tokenizer_for
+from .tokens import Tokenizer, tokenizer_for
 
 Outcome = Literal["summarized", "fallback", "refused", "nothing_to_compact"]
 
@@ -81,12 +80,16 @@ async def write_summary(
 ) -> Summary:
     """Summarise the plan's middle (with the earlier summaries it replaces), the ledger's
     facts appended; the marker and the facts if the summariser fails. ``hint`` ends the text
-    (where the model can search what the summary left out)."""
+    (where the model can search what the summary left out).
+
+    The whole summary fits the plan's room (``summary_room``): the summariser is asked for
+    ``summary_tokens`` at most, less what the ledger may need (up to half the room), its
+    draft is cut to what it was asked for, and the ledger's facts that do not fit beside it
+    are left out, the least valuable first (``ledger.ranked``), and counted.
+    """
     stripped, middle = plan.stripped, plan.middle
     tokenizer = tokenizer_for(model)
-    represented = sum(messages_represented(s) for s in stripped.summaries) + sum(
-        notice_omitted(m) or 1 for _, m in middle
-    )
+    represented = plan.represented
     summaries_as_messages = [
         ModelRequest(parts=[UserPromptPart(text)]) for text in stripped.summaries
     ]
@@ -103,6 +106,8 @@ async def write_summary(
     items = [render_message(m) for m in summaries_as_messages]
     items += request_worked_on(messages, middle, tokenizer)
     items += [text for _, m in middle if (text := render_message(m))]
+    body = _Body(plan.summary_room, tokenizer, hint, ledger)
+    asked = min(summary_tokens, body.draft_room(represented))
     outcome: Outcome = "summarized"
     error: str | None = None
     chunks = rounds = 0
@@ -113,27 +118,24 @@ async def write_summary(
             summarizer,
             focus=focus,
             window=window,
-            summary_tokens=summary_tokens,
+            summary_tokens=asked,
             on_chunk=on_chunk,
         )
     except Exception as exc:  # any failure of the summariser: fall back to the marker
         outcome, error = "fallback", f"{type(exc).__name__}: {exc}"
-        body = MARKER.format(count=represented)
-        reconciled = reconcile("", ledger, kept)
-        text = f"{body}\n\n{reconciled.text}" if ledger.items else body
+        text, reconciled, omitted = body.written(MARKER.format(count=represented), kept)
     else:
         chunks, rounds, usage = result.chunks, result.rounds, result.usage
-        reconciled = reconcile(render_draft(result.draft), ledger, kept)
         prefix = (
             COMPACT_PREFIX if form == "two_message" else SUMMARY_PREFIX.format(count=represented)
         )
-        text = f"{prefix}\n{reconciled.text}"
-    if hint:
-        text = f"{text}\n\n{hint}"
+        draft = fit_draft(result.draft, asked, tokenizer.count)
+        text, reconciled, omitted = body.written(f"{prefix}\n{render_draft(draft)}", kept)
     note = {"compaction": "summary" if outcome == "summarized" else "marker"}
     when = stamp([m for _, m in middle])
     part = UserPromptPart(text, timestamp=when) if when else UserPromptPart(text)
     tokens = message_facts(ModelRequest(parts=[part]), tokenizer).tokens
+    ledger = ledger.model_copy(update={"omitted": omitted})
     return Summary(
         text,
         part,
@@ -148,3 +150,57 @@ async def write_summary(
         rounds,
         usage,
     )
+
+
+@dataclass(frozen=True)
+class _Body:
+    """The summary's text within its room: the summariser's draft (or the marker), the
+    ledger's facts it lacks, and the hint."""
+
+    room: int
+    """The most tokens the summary message may take."""
+    tokenizer: Tokenizer
+    hint: str | None
+    ledger: Ledger
+
+    def _tokens(self, text: str) -> int:
+        return message_facts(ModelRequest(parts=[UserPromptPart(text)]), self.tokenizer).tokens
+
+    def draft_room(self, represented: int) -> int:
+        """Tokens the draft may take: the room less the frame and what the ledger's facts
+        take, but at least half of what the frame leaves."""
+        frame = self._tokens(self._joined(SUMMARY_PREFIX.format(count=represented), ""))
+        left = max(self.room - frame, 0)
+        facts = self.tokenizer.count(facts_section(self.ledger.items)) if self.ledger.items else 0
+        return max(left - min(facts, left // 2), 0)
+
+    def _joined(self, summary: str, facts: str) -> str:
+        text = summary.rstrip()
+        if facts:
+            text = f"{text}\n\n{facts}"
+        return f"{text}\n\n{self.hint}" if self.hint else text
+
+    def written(self, summary: str, kept: str) -> tuple[str, Reconciled, int]:
+        """The text: ``summary`` with the ledger's facts it lacks, as many as fit the room,
+        the most valuable first; the reconciliation and how many facts were left out."""
+        reconciled = reconcile(summary, self.ledger, kept)
+        missing = reconciled.added_by_ledger
+        best = ranked(missing)
+
+        def text_with(count: int) -> str:
+            chosen = {id(item) for item in best[:count]}
+            items = [item for item in missing if id(item) in chosen]
+            left_out = len(missing) - count
+            facts = facts_section(items, left_out) if items or left_out else ""
+            return self._joined(summary, facts)
+
+        # The longest run of the best facts that fits (the text grows with each one).
+        low, high = 0, len(best)
+        if self._tokens(text_with(high)) > self.room:
+            while low < high:
+                middle = (low + high + 1) // 2
+                if self._tokens(text_with(middle)) <= self.room:
+                    low = middle
+                else:
+                    high = middle - 1
+        return text_with(high), reconciled, len(missing) - high

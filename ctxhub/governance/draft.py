@@ -8,6 +8,7 @@ the offline extractive summariser (``offline/extractive.py``) both build on it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -81,3 +82,29 @@ def parse_draft(text: str) -> SummaryDraft:
         pending_tasks=listed("pending_tasks"),
         current_state=state,
     )
+
+
+def fit_draft(draft: SummaryDraft, tokens: int, count: Callable[[str], int]) -> SummaryDraft:
+    """``draft`` cut until its text takes at most ``tokens`` (as ``count`` counts them): the
+    oldest entry of the longest list first (lists run oldest to newest), then the ends of the
+    goal and the current state. A summariser may write past the length it was asked for; the
+    room it was given is the compaction's promise."""
+    if count(render_draft(draft)) <= tokens:
+        return draft
+    lists = {field: list(getattr(draft, field)) for field, _ in SECTIONS if field in _LISTS}
+    fitted = draft
+    while any(lists.values()):
+        longest = max(lists, key=lambda field: len(lists[field]))
+        del lists[longest][0]
+        fitted = draft.model_copy(update=lists)
+        if count(render_draft(fitted)) <= tokens:
+            return fitted
+    for field in ("goal", "current_state"):
+        text: str = getattr(fitted, field)
+        while text and count(render_draft(fitted)) > tokens:
+            text = text[: len(text) // 2].rstrip() + "…" if len(text) > 8 else ""
+            fitted = fitted.model_copy(update={field: text})
+    return fitted
+
+
+_LISTS = frozenset({"decisions", "files_and_identifiers", "errors_and_fixes", "pending_tasks"})

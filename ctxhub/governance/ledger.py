@@ -22,17 +22,24 @@ of every file the agent read:
   every path-like argument (``path``, ``file_path``, ``files``, ``new_path`` …, at any depth)
   and the paths inside a command; the paths other arguments mention are kept too;
 * tool outputs and retry prompts: error messages only;
-* an earlier summary: its verbatim facts, plus the paths, URLs and identifiers in its prose.
+* an earlier summary: its verbatim facts, and everything its prose states (read as a user's
+  words), so a chain of compactions never drops what an earlier one kept.
 
 Paths are rooted, relative, Windows (``C:\\x``) or bare names with a file extension, well-known
 extensionless files (``Makefile``, ``Dockerfile``, ``LICENSE``) and dotfiles (``.env``), whatever
 their case and wherever they sit in a sentence. A fact is in a summary only when stated whole:
-``db-west-3`` is not kept by ``db-west-30``. With a size limit, the user's facts go last, then
-the paths the agent acted on; among the rest, and if need be among those, lower-value kinds
-(names, then numbers, errors, commands …) go before higher ones, older before newer.
+``db-west-3`` is not kept by ``db-west-30``.
+
+A compaction appends to its summary the facts the summary lacks, as many as its room holds, in
+the order of ``ranked``: what an earlier summary kept first (a chain of compactions never drops
+it while there is room), then the user's facts, the paths the agent acted on, the rest; within
+each, the newest of every kind in turn, so a short room keeps the latest path, identifier,
+command and number rather than every old path. What is left out is counted, and stays in the
+log for ``recall``.
 """
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -75,6 +82,8 @@ class LedgerItem(BaseModel):
     kind: Kind
     text: str
     index: int | None = None
+    tier: int = 3
+    """How much it matters, most first: ``CARRIED``, ``USER``, ``ACTED``, then the rest."""
 
 
 class Ledger(BaseModel):
@@ -90,6 +99,10 @@ class Ledger(BaseModel):
     def texts(self) -> list[str]:
         """The items' texts."""
         return [item.text for item in self.items]
+
+    def ranked(self) -> list[LedgerItem]:
+        """The items, the most valuable first (see ``ranked``)."""
+        return ranked(self.items)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -122,31 +135,41 @@ class Reconciled(BaseModel):
         return 1.0 if total == 0 else 1 - len(self.missing) / total
 
 
+CARRIED, USER, ACTED, OTHER = 0, 1, 2, 3
+"""Tiers of facts, most valuable first: what an earlier summary kept (a chain of compactions
+never drops it while there is room), what the user said, the paths the agent acted on, the
+rest."""
+
+
+def ranked(items: Sequence[LedgerItem]) -> list[LedgerItem]:
+    """``items`` (in order of first appearance) the most valuable first: by tier, and within
+    a tier the newest of each kind in turn (in ``KINDS`` order: paths first, names last), so
+    a short room holds the latest facts of every kind rather than every old path."""
+    out: list[LedgerItem] = []
+    for tier in sorted({item.tier for item in items}):
+        queues = [
+            deque(item for item in reversed(items) if item.tier == tier and item.kind == kind)
+            for kind in KINDS
+        ]
+        while queues := [queue for queue in queues if queue]:
+            out.extend(queue.popleft() for queue in queues)
+    return out
+
+
 class _Collector:
     def __init__(self) -> None:
         self.items: dict[str, LedgerItem] = {}
-        self.user: set[str] = set()
-        self.acted: set[str] = set()
 
-    def add(
-        self,
-        kind: Kind,
-        texts: Iterable[str],
-        index: int | None,
-        *,
-        user: bool,
-        acted: bool = False,
-    ) -> None:
+    def add(self, kind: Kind, texts: Iterable[str], index: int | None, *, tier: int) -> None:
         for raw in texts:
             text = raw.strip()
             if len(text) < 2 or len(text) > 240:
                 continue
-            if text not in self.items:
-                self.items[text] = LedgerItem(kind=kind, text=text, index=index)
-            if user:
-                self.user.add(text)
-            if acted:
-                self.acted.add(text)
+            known = self.items.get(text)
+            if known is None:
+                self.items[text] = LedgerItem(kind=kind, text=text, index=index, tier=tier)
+            elif tier < known.tier:
+                self.items[text] = known.model_copy(update={"tier": tier})
 
 
 def _arg_strings(args: Any, key: str = "") -> Iterator[tuple[str, str]]:
@@ -178,26 +201,26 @@ def is_summary_text(text: str) -> bool:
     return text.startswith(SUMMARY_PREFIXES)
 
 
+def summary_prose(text: str) -> str:
+    """A summary's text without its first line, which only says what it stands for."""
+    first, _, rest = text.partition("\n")
+    return rest if is_summary_text(first) else text
+
+
 def _collect(collector: _Collector, message: ModelMessage, index: int | None) -> None:
     for part in message.parts:
         if isinstance(part, UserPromptPart):
             text = part.content if isinstance(part.content, str) else as_text(part.content)
             if is_summary_text(text):
                 _collect_summary(collector, text, index)
-                continue
-            collector.add("url", urls_in(text), index, user=True)
-            collector.add("path", paths_in(text), index, user=True)
-            collector.add("command", commands_in(text), index, user=True)
-            collector.add("identifier", identifiers_in(text, prose=True), index, user=True)
-            collector.add("error", errors_in(text, limit=0), index, user=True)
-            collector.add("number", numbers_in(text), index, user=True)
-            collector.add("name", names_in(text), index, user=True)
+            else:
+                _collect_user(collector, text, index)
         elif isinstance(part, TextPart):
             text = part.content
-            collector.add("url", urls_in(text), index, user=False)
-            collector.add("path", paths_in(text), index, user=False)
-            collector.add("command", commands_in(text), index, user=False)
-            collector.add("identifier", identifiers_in(text, prose=False), index, user=False)
+            collector.add("url", urls_in(text), index, tier=OTHER)
+            collector.add("path", paths_in(text), index, tier=OTHER)
+            collector.add("command", commands_in(text), index, tier=OTHER)
+            collector.add("identifier", identifiers_in(text, prose=False), index, tier=OTHER)
         elif isinstance(part, ToolCallPart):
             try:
                 args = part.args_as_dict()
@@ -205,31 +228,41 @@ def _collect(collector: _Collector, message: ModelMessage, index: int | None) ->
                 args = {}
             for key, value in _arg_strings(args):
                 if key in COMMAND_ARGS:
-                    collector.add("command", [value.strip()], index, user=False)
-                    collector.add("path", paths_in(value), index, user=False, acted=True)
+                    collector.add("command", [value.strip()], index, tier=OTHER)
+                    collector.add("path", paths_in(value), index, tier=ACTED)
                 elif _is_path_arg(key) and "\n" not in value and "://" not in value:
-                    collector.add("path", [value.strip()], index, user=False, acted=True)
+                    collector.add("path", [value.strip()], index, tier=ACTED)
                 else:
-                    collector.add("url", urls_in(value), index, user=False)
-                    collector.add("path", paths_in(value), index, user=False)
+                    collector.add("url", urls_in(value), index, tier=OTHER)
+                    collector.add("path", paths_in(value), index, tier=OTHER)
         elif isinstance(part, ToolReturnPart):
-            collector.add("error", errors_in(part.model_response_str()), index, user=False)
+            collector.add("error", errors_in(part.model_response_str()), index, tier=OTHER)
         elif isinstance(part, RetryPromptPart):
-            collector.add("error", errors_in(part.model_response()), index, user=False)
+            collector.add("error", errors_in(part.model_response()), index, tier=OTHER)
+
+
+def _collect_user(collector: _Collector, text: str, index: int | None, tier: int = USER) -> None:
+    """Everything a user's words (or an earlier summary's) state."""
+    collector.add("url", urls_in(text), index, tier=tier)
+    collector.add("path", paths_in(text), index, tier=tier)
+    collector.add("command", commands_in(text), index, tier=tier)
+    collector.add("identifier", identifiers_in(text, prose=True), index, tier=tier)
+    collector.add("error", errors_in(text, limit=0), index, tier=tier)
+    collector.add("number", numbers_in(text), index, tier=tier)
+    collector.add("name", names_in(text), index, tier=tier)
 
 
 def _collect_summary(collector: _Collector, text: str, index: int | None) -> None:
-    """An earlier summary: its verbatim facts keep their kind; its prose gives paths and URLs."""
+    """An earlier summary: its verbatim facts keep their kind; its prose is read as the
+    user's words are (everything it states), so a chain of compactions keeps every fact an
+    earlier one kept, whether its summariser wrote it or the ledger appended it."""
     head, _, facts = text.partition(FACTS_HEADING)
     for line in facts.splitlines():
         match = FACT_LINE.match(line.strip())
         if match:
             kind: Kind = match.group(1)  # type: ignore[assignment]
-            collector.add(kind, [match.group(2)], index, user=True)
-    collector.add("url", urls_in(head), index, user=False)
-    collector.add("path", paths_in(head), index, user=False)
-    collector.add("command", commands_in(head), index, user=False)
-    collector.add("identifier", identifiers_in(head, prose=False), index, user=False)
+            collector.add(kind, [match.group(2)], index, tier=CARRIED)
+    _collect_user(collector, summary_prose(head), index, CARRIED)
 
 
 def extract_ledger(
@@ -240,9 +273,8 @@ def extract_ledger(
 ) -> Ledger:
     """The ledger of ``messages`` (``indices`` gives each one's input index for the report).
 
-    Unlimited by default; with ``max_items``, the user's own facts are kept first, then the
-    paths the agent acted on, then the rest; within each, higher-value kinds (in ``KINDS``
-    order: paths first, names last) before lower ones, and newer before older.
+    Unlimited by default; with ``max_items``, the ``max_items`` first of ``ranked``: an
+    earlier summary's facts, then the user's, the paths the agent acted on, the rest.
     """
     collector = _Collector()
     for position, message in enumerate(messages):
@@ -251,13 +283,7 @@ def extract_ledger(
     items = _drop_contained(list(collector.items.values()))
     omitted = 0
     if max_items is not None and len(items) > max_items:
-        rank = {id(item): n for n, item in enumerate(items)}
-
-        def value(item: LedgerItem) -> tuple[int, int, int]:
-            tier = 0 if item.text in collector.user else 1 if item.text in collector.acted else 2
-            return tier, KINDS.index(item.kind), -rank[id(item)]
-
-        keep = {id(item) for item in sorted(items, key=value)[: max(max_items, 0)]}
+        keep = {id(item) for item in ranked(items)[: max(max_items, 0)]}
         omitted = len(items) - len(keep)
         items = [item for item in items if id(item) in keep]
     return Ledger(items=items, omitted=omitted)
@@ -293,11 +319,14 @@ def contains(summary: str, item: LedgerItem) -> bool:
     return re.search(f"{before}{body}{after}", summary) is not None
 
 
-def facts_section(items: Sequence[LedgerItem]) -> str:
-    """The appended section: one ``- kind: text`` line per item, grouped by kind."""
+def facts_section(items: Sequence[LedgerItem], left_out: int = 0) -> str:
+    """The appended section: one ``- kind: text`` line per item, grouped by kind, and how
+    many more facts there were (left out for room)."""
     lines = [FACTS_HEADING]
     for kind in KINDS:
         lines.extend(f"- {kind}: {' '.join(i.text.split())}" for i in items if i.kind == kind)
+    if left_out:
+        lines.append(f"({left_out:,} more facts of these messages left out for room.)")
     return "\n".join(lines)
 
 

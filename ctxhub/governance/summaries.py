@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -80,10 +80,21 @@ class Stripped:
     summaries: list[str]
     summary_indices: list[int]
     system_parts: list[SystemPromptPart]
+    kept_users: list[tuple[int, ModelMessage]] = field(default_factory=list)
+    """(input index, message) of the user messages an earlier compaction kept verbatim
+    beside its summary: covered by it, and kept again (or not) by the next."""
+
+
+def users_kept_before(message: ModelMessage) -> int:
+    """How many user messages kept verbatim stand right before a summary (its metadata says)."""
+    note = (message.metadata or {}).get(MARK) if isinstance(message, ModelRequest) else None
+    users = note.get("users") if isinstance(note, dict) else None
+    return users if isinstance(users, int) and users > 0 else 0
 
 
 def strip_summaries(messages: Sequence[ModelMessage], *, pull_system: bool) -> Stripped:
-    """The history without earlier summaries (and their acknowledgements), and their texts."""
+    """The history without earlier summaries (their acknowledgements, and the user messages
+    they kept verbatim beside them), and their texts."""
     out = Stripped([], [], [], [], [])
     after_summary = False
     for index, message in enumerate(messages):
@@ -105,6 +116,7 @@ def strip_summaries(messages: Sequence[ModelMessage], *, pull_system: bool) -> S
             if summary:
                 out.summary_indices.append(index)
                 after_summary = True
+                _take_kept_users(out, users_kept_before(message), index)
             if len(rest) != len(message.parts):
                 if rest:
                     out.history.append(replace(message, parts=rest, metadata=None))
@@ -113,3 +125,18 @@ def strip_summaries(messages: Sequence[ModelMessage], *, pull_system: bool) -> S
         out.history.append(message)
         out.index.append(index)
     return out
+
+
+def _take_kept_users(out: Stripped, count: int, summary_index: int) -> None:
+    """Move the ``count`` user messages right before a summary from the history to
+    ``kept_users``: they are what an earlier compaction kept of what it covered."""
+    taken: list[tuple[int, ModelMessage]] = []
+    while count and out.history and out.index[-1] == summary_index - len(taken) - 1:
+        message = out.history[-1]
+        if not isinstance(message, ModelRequest) or not all(
+            isinstance(p, UserPromptPart) for p in message.parts
+        ):
+            break
+        taken.append((out.index.pop(), out.history.pop()))
+        count -= 1
+    out.kept_users[:0] = reversed(taken)

@@ -27,11 +27,18 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_properties import assert_history_invariants, histories, policies
 
-from ctxhub.governance import Policy, Threshold, count_tokens, govern, pairing_problems
-from ctxhub.governance.compact import compact
+from ctxhub.governance import (
+    Governed,
+    Policy,
+    Threshold,
+    count_tokens,
+    govern,
+    pairing_problems,
+)
+from ctxhub.governance.compact import Compacted, compact
 from ctxhub.governance.draft import SECTIONS, SummaryDraft
 from ctxhub.governance.fact_patterns import FACTS_HEADING
-from ctxhub.governance.ledger import contains
+from ctxhub.governance.ledger import USER, contains, ranked
 from ctxhub.governance.summaries import MARKER, is_summary, summary_count
 from ctxhub.governance.summarise import render_message
 from tests.messages import reply, tool_call, tool_result, user, words
@@ -64,7 +71,7 @@ def _session(turns: int = 30) -> list[ModelMessage]:
     ]
 
 
-async def test_a_5000_message_session_keeps_every_ledger_item() -> None:
+async def test_a_5000_message_session_keeps_the_most_valuable_facts_its_room_holds() -> None:
     session = generated_session(5_000)
     assert len(session) >= 5_000
     compacted = await compact(session, Policy(), summarizer=scripted_summarizer(), model=MODEL)
@@ -73,11 +80,18 @@ async def test_a_5000_message_session_keeps_every_ledger_item() -> None:
     assert report.outcome == "summarized", report.error
     assert summary is not None
     assert len(report.ledger) > 1_000
-    assert report.ledger_omitted == 0
-    # The scripted summariser mentions no fact: the ledger restores every one.
-    assert all(contains(summary, item) for item in report.ledger)
-    assert {i.kind for i in report.ledger} >= {"path", "number", "name", "command", "error"}
-    assert "services/billing/app.py" not in report.kept_by_summarizer
+    # The summary keeps the plan's promise, its facts included: they fill the room it was
+    # given, and the rest are left out and counted.
+    assert report.sent_after <= report.sent_after_max <= report.sent_limit
+    held = len(report.ledger) - report.ledger_omitted
+    assert 0 < report.ledger_omitted < len(report.ledger)
+    assert f"{report.ledger_omitted:,} more facts of these messages left out for room" in summary
+    # The scripted summariser mentions no fact: those the summary states are the ledger's
+    # best, the user's own first.
+    best = ranked(report.ledger)
+    assert all(contains(summary, item) for item in best[:held])
+    assert {i.kind for i in best[:held]} >= {"path", "number", "name", "command"}
+    assert all(item.tier == USER for item in best[:held])
     assert len(report.added_by_ledger) + len(report.kept_by_summarizer) == len(report.ledger)
     assert report.tokens_after < report.tokens_before / 3
     assert summary_count(compacted.messages) == 1
@@ -173,17 +187,26 @@ async def test_the_summariser_input_always_fits_its_window() -> None:
 
 
 async def test_a_summary_larger_than_what_it_replaces_is_refused() -> None:
+    # A window trigger drops the middle under the budget, so the summary has room to grow
+    # to the low-water mark: a summary larger than the few messages it replaces is refused.
     history = _session(3)
     huge = SummaryDraft(goal=words(3_000), current_state="x")
-    compacted = await compact(
-        history,
-        summarizer=scripted_summarizer(huge),
-        model=MODEL,
-        keep=Threshold(kind="messages", value=4),
+    policy = Policy.model_validate(
+        {
+            "window": {
+                "triggers": [{"kind": "messages", "value": 6}],
+                "keep": {"kind": "messages", "value": 4},
+            }
+        }
     )
-    assert compacted.report.outcome == "refused"
-    assert compacted.report.error is not None
-    assert "inflation guard" in compacted.report.error
+    compacted = await compact(history, policy, summarizer=scripted_summarizer(huge), model=MODEL)
+    report = compacted.report
+    assert report.outcome == "refused"
+    assert report.error == (
+        f"refused: the summary takes {report.summary_tokens:,} tokens, more than the "
+        f"{report.replaced_tokens:,} of the messages it would replace"
+    )
+    assert report.summary_tokens > report.replaced_tokens
     assert compacted.messages == history
 
 
@@ -252,11 +275,33 @@ def test_a_compaction_reports_what_the_next_request_carries_before_and_after(
     )
     compacted = asyncio.run(compact(history, policy, summarizer=EXTRACTIVE, model=MODEL, keep=keep))
     report = compacted.report
-    before = govern(history, policy, model=MODEL).tokens_after
+    now = govern(history, policy, model=MODEL)
     after = govern(compacted.messages, policy, model=MODEL).tokens_after
-    assert (report.sent_before, report.sent_after) == (before, after)
-    # A compaction never makes the next request larger than it was.
-    assert after <= before, report
+    assert (report.sent_before, report.sent_after) == (now.tokens_after, after)
+    assert_grows_only_for_what_it_hid(history, compacted, now, policy)
+
+
+def assert_grows_only_for_what_it_hid(
+    history: list[ModelMessage], compacted: Compacted, now: Governed, policy: Policy
+) -> None:
+    """A compaction makes the next request larger only up to the low-water mark, and only
+    when its summary stands for messages the request did not send as they are; it keeps the
+    plan's promise (``sent_after_max``); a refusal leaves the history as it was."""
+    report = compacted.report
+    low_water = int(now.budget_tokens * policy.hysteresis.low_water) + now.system_tokens
+    assert report.low_water == low_water
+    if report.outcome == "refused":
+        assert compacted.messages == history
+        assert report.error is not None
+        assert report.error.startswith("refused: "), report.error
+        return
+    if report.outcome == "nothing_to_compact":
+        return
+    assert report.sent_after <= report.sent_after_max, report
+    if report.sent_after > report.sent_before:
+        sent = now.messages
+        assert any(history[i] not in sent for i in report.summarized_indices), report
+        assert report.sent_after <= low_water, report
 
 
 async def test_a_compaction_lands_at_the_low_water_mark() -> None:
@@ -278,7 +323,7 @@ async def test_a_compaction_lands_at_the_low_water_mark() -> None:
     masking=st.sampled_from(["always", "over_budget", "never"]),
     keep_head=st.booleans(),
 )
-def test_a_compaction_never_makes_the_next_request_larger(
+def test_a_compaction_grows_the_next_request_only_to_give_back_what_it_hid(
     spec: Spec, window: int, masking: str, keep_head: bool
 ) -> None:
     history = build(spec)
@@ -290,27 +335,29 @@ def test_a_compaction_never_makes_the_next_request_larger(
         }
     )
     compacted = asyncio.run(compact(history, policy, summarizer=EXTRACTIVE, model=MODEL))
-    report = compacted.report
-    assert report.sent_after <= report.sent_before, report
-    if report.outcome == "refused":
-        assert compacted.messages == history
-        assert report.error is not None
-        assert report.error.startswith(("growth guard", "inflation guard")), report.error
+    now = govern(history, policy, model=MODEL)
+    assert_grows_only_for_what_it_hid(history, compacted, now, policy)
 
 
-async def test_a_compaction_that_would_grow_the_next_request_is_refused() -> None:
-    # Governing already sends only the head and the latest turn: a summary beside them would
-    # make the next request larger than it is.
+async def test_a_compaction_whose_kept_messages_leave_no_room_is_refused() -> None:
+    # Governing already sends only the head and the newest turns, which the caller asks to
+    # keep: a summary beside them would pass what the request carries now (what is kept is
+    # already past the low-water mark).
     history = [user("start", system="You are careful."), *_turns("s", 12, size=1_200)]
     policy = Policy(context_window=6_000, reserved_output_tokens=500)
-    compacted = await compact(history, policy, summarizer=EXTRACTIVE, model=MODEL)
+    compacted = await compact(history, policy, summarizer=EXTRACTIVE, model=MODEL, keep=KEEP)
     report = compacted.report
+    now = govern(history, policy, model=MODEL)
     assert report.outcome == "refused"
-    assert report.error is not None
-    assert report.error.startswith("growth guard: the next request")
     assert compacted.messages == history
-    assert (
-        report.sent_after == report.sent_before == govern(history, policy, model=MODEL).tokens_after
+    assert report.sent_after == report.sent_before == now.tokens_after
+    assert report.low_water < report.sent_before
+    assert report.error is not None
+    assert report.error.startswith(
+        "refused: what the compaction keeps (the head, pins and recent messages) takes "
+    )
+    assert report.error.endswith(
+        f"leaving less than 200 for a summary below the {now.tokens_after:,} it carries now"
     )
 
 

@@ -9,10 +9,13 @@ message, so the model can quote it or ask for more around it.
 
 This module is the part every backend shares: which parts of a message can be searched and in
 what pieces (``part_texts``, ``pieces``), which of them a governed request hid (``hidden``),
-the query's words (``query_terms``), the excerpt of a piece that best answers them
-(``excerpt``), the tool's answer (``answer``) and the toolset (``recall_toolset``). In-process,
-``rank`` searches the pieces in memory (BM25); the hub searches the same pieces with
-PostgreSQL's full-text search, or SQLite's FTS5 on its embedded default.
+the query's terms (``query_terms``), the excerpt of a piece that best answers them
+(``excerpt``), the tool's answer (``answer``) and the toolset (``recall_toolset``). ``rank``
+orders the pieces found (BM25, then how much of the query one passage names together):
+in-process over every hidden piece, in the hub over those PostgreSQL's full-text search (or
+SQLite's FTS5 on its embedded default) found. Both search by the terms of ``recall_terms``: a
+text's words, the words its identifiers are made of and what its abbreviations stand for, so
+"staging database host" finds ``STAGING_DB_HOST=…``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -37,6 +40,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
+from .counting import message_cache
+from .recall_terms import added_at, added_terms, query_words
 from .report import ContextReport
 
 PIECE_CHARS = 1_500
@@ -50,6 +55,10 @@ MOST_RESULTS = 20
 """The most hits one call answers with, whatever ``limit`` asks."""
 MOST_TERMS = 32
 """The most words of a query searched for (a query is a few words, not a document)."""
+RERANKED = 100
+"""How many of the pieces BM25 ranks best are ranked again by the terms they name together."""
+NEAR_CHARS = 60
+"""Terms starting within this many characters of each other (about a line) are named together."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Too common to tell passages apart; a backend with its own stemming drops its own list.
@@ -75,6 +84,15 @@ class Piece:
     """``user``, ``assistant``, ``tool call``, ``tool output``, ``retry`` or ``thinking``."""
     tool_name: str | None
     text: str
+    terms: str | None = None
+    """What the text is searched by besides its own words (``recall_terms.added_terms``), where
+    the caller has it; worked out from the text otherwise."""
+
+    @property
+    def searchable(self) -> str:
+        """Every term the piece is searched by (``recall_terms.searchable``)."""
+        terms = added_terms(self.text) if self.terms is None else self.terms
+        return f"{self.text.lower()}\n{terms}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,17 +216,23 @@ def fate_of(
 
 
 def query_terms(query: str) -> list[str]:
-    """The distinct words of a query worth searching for, lowercased, in order."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(query.lower()):
-        if word not in _STOP:
-            seen.setdefault(word, None)
-    words = list(seen)
-    return words[:MOST_TERMS] if words else _WORD.findall(query.lower())[:MOST_TERMS]
+    """The distinct terms of a query worth searching for, lowercased, in order (see
+    ``recall_terms``)."""
+    terms = list(dict.fromkeys(query_words(query)))
+    worth = [term for term in terms if term not in _STOP]
+    return (worth or terms)[:MOST_TERMS]
 
 
-def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+def _occurrences(terms: Sequence[str]) -> re.Pattern[str]:
+    """A pattern matching each of ``terms`` as a whole word."""
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, terms)) + r")\b")
+
+
+def _matches(text: str, terms: Sequence[str]) -> list[tuple[int, str]]:
+    """``(position, term)`` of every occurrence of ``terms`` in ``text`` (its added terms at the
+    word they come from), in order."""
+    own = [(m.start(), m.group()) for m in _occurrences(terms).finditer(text.lower())]
+    return sorted([*own, *added_at(text, set(terms))])
 
 
 def rank(
@@ -220,7 +244,8 @@ def rank(
     documents: int | None = None,
     matched: dict[str, set[tuple[int, int, int]]] | None = None,
 ) -> list[Piece]:
-    """The ``limit`` pieces that best answer ``terms`` by BM25, one per part, best first.
+    """The ``limit`` pieces that best answer ``terms``, one per part, best first: by BM25, the
+    best hundred again by the weight of the terms one passage of each names together.
 
     In memory, ``candidates`` are every piece searched and the terms' frequencies are counted
     here. A database that found the candidates gives the frequencies it counted over every
@@ -230,8 +255,8 @@ def rank(
     """
     if not terms or not candidates:
         return []
-    wanted = set(terms)
-    counted = [Counter(w for w in words(p.text) if w in wanted) for p in candidates]
+    occurrences = _occurrences(terms)
+    counted = [Counter(occurrences.findall(p.searchable)) for p in candidates]
     for term, keys in (matched or {}).items():
         for piece, counts in zip(candidates, counted, strict=True):
             if not counts[term] and (piece.seq, piece.part, piece.offset) in keys:
@@ -239,6 +264,11 @@ def rank(
     if frequency is None:
         frequency = Counter(term for counts in counted for term in counts)
     documents = documents or len(candidates)
+    idf = {
+        term: math.log(1 + (documents - found + 0.5) / (found + 0.5))
+        for term in terms
+        for found in [min(frequency.get(term, 1), documents)]
+    }
     lengths = [max(1, len(p.text) // 6) for p in candidates]  # about six characters a word
     average = sum(lengths) / len(lengths)
     scored: list[tuple[float, int]] = []
@@ -246,13 +276,30 @@ def rank(
         score = 0.0
         for term, n in counts.items():
             if n:
-                found = min(frequency.get(term, 1), documents)
-                idf = math.log(1 + (documents - found + 0.5) / (found + 0.5))
-                score += idf * n * 2.2 / (n + 1.2 * (0.25 + 0.75 * lengths[i] / average))
+                score += idf[term] * n * 2.2 / (n + 1.2 * (0.25 + 0.75 * lengths[i] / average))
         if score > 0:
             scored.append((score, i))
-    scored.sort(key=lambda s: (-s[0], s[1]))
-    return best_per_part([candidates[i] for _, i in scored], limit)
+    # Among equals the newer message first: a later statement is the likelier to be current.
+    scored.sort(key=lambda s: (-s[0], -candidates[s[1]].seq, s[1]))
+    # BM25 weighs a piece's words wherever they stand; the best of them are weighed again by
+    # how much of the query one passage of them names together ("dev:\n  repo:\n    port: …"
+    # rather than "dev" at the top, "repo" in the middle and "port" in every log line).
+    best = [(score + _together(candidates[i].text, idf), i) for score, i in scored[:RERANKED]]
+    best.sort(key=lambda s: (-s[0], -candidates[s[1]].seq, s[1]))
+    return best_per_part([candidates[i] for _, i in [*best, *scored[RERANKED:]]], limit)
+
+
+def _together(text: str, idf: dict[str, float]) -> float:
+    """The weight (by ``idf``) of the query's terms that one stretch of ``text`` no longer than
+    ``NEAR_CHARS`` names, at its best."""
+    matches = _matches(text, list(idf))
+    best = 0.0
+    left = 0
+    for right in range(len(matches)):
+        while matches[right][0] - matches[left][0] > NEAR_CHARS:
+            left += 1
+        best = max(best, sum(idf[term] for term in {term for _, term in matches[left : right + 1]}))
+    return best
 
 
 def best_per_part(ranked: Sequence[Piece], limit: int) -> list[Piece]:
@@ -274,9 +321,7 @@ def excerpt(text: str, terms: Sequence[str], size: int = EXCERPT_CHARS) -> str:
     (then the most matches), widened to word breaks; marked with … where it was cut."""
     if len(text) <= size:
         return text.strip()
-    wanted = set(terms)
-    matches = [(m.start(), m.group().lower()) for m in _WORD.finditer(text)]
-    matches = [(at, w) for at, w in matches if w in wanted]
+    matches = _matches(text, terms)
     best_start, best = 0, (0, 0)
     left = 0
     for right in range(len(matches)):
@@ -331,7 +376,8 @@ def search_history(
     terms = query_terms(query)
     found: list[tuple[Piece, str]] = []
     for seq, message in enumerate(history):
-        for piece in pieces(seq, message):
+        for piece in _with_terms(message):
+            piece = replace(piece, seq=seq)
             fate = fates(piece)
             if fate is not None:
                 found.append((piece, fate))
@@ -340,6 +386,17 @@ def search_history(
         Hit(p.seq, p.part, p.kind, p.tool_name, fate_by_piece[id(p)], excerpt(p.text, terms))
         for p in rank([piece for piece, _ in found], terms, clamp(limit))
     ]
+
+
+def _with_terms(message: ModelMessage) -> list[Piece]:
+    """The pieces of ``message`` (numbered 0) with their terms, worked out once per message: a
+    run's recall calls search the same history again and again."""
+    cache = message_cache(message)
+    found: list[Piece] | None = cache.get("recall pieces")
+    if found is None:
+        found = [replace(p, terms=added_terms(p.text)) for p in pieces(0, message)]
+        cache["recall pieces"] = found
+    return found
 
 
 # --- the tool -----------------------------------------------------------------------------------

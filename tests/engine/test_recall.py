@@ -25,10 +25,12 @@ from ctxhub.governance.recall import (
     hidden,
     pieces,
     query_terms,
+    rank,
     search_history,
     split,
 )
-from tests.recall_session import planted_session
+from ctxhub.governance.recall_terms import added_terms
+from tests.recall_session import planted_session, settings_session
 
 MODEL = "openai:gpt-4o"
 
@@ -54,6 +56,84 @@ def test_facts_hidden_by_masking_and_the_window_are_found_in_one_call() -> None:
         if any(f.value in h.excerpt for h in search_history(history, fate, f.query, 5))
     ]
     assert len(found) / len(hid) >= 0.95, f"found {len(found)} of {len(hid)}"
+
+
+def test_settings_a_file_names_only_by_their_keys_are_found_by_the_words_a_model_asks_with() -> (
+    None
+):
+    history, settings = settings_session()
+    governed = govern(history, Policy(context_window=16_000), model=MODEL)
+    dropped, parts = hidden(governed.report, lambda position: position)
+
+    def fate(piece: Piece) -> str | None:
+        return fate_of(piece, dropped, parts)
+
+    hid = [s for s in settings if s.seq in dropped or (s.seq, 0) in parts]
+    assert len(hid) >= 50, "the generated session must hide at least 50 settings"
+    assert {s.spelling for s in hid} == {"env", "json", "yaml", "dotted"}
+    # "staging database host" for STG_DB_HOST=…, "stgDbHost", stg: db: host: and stg.db.host.
+    found = [
+        s
+        for s in hid
+        if any(s.value in h.excerpt for h in search_history(history, fate, s.query, 5))
+    ]
+    assert len(found) / len(hid) >= 0.95, f"found {len(found)} of {len(hid)}"
+
+
+def test_identifiers_are_searched_by_their_words_and_abbreviations_by_what_they_stand_for() -> None:
+    assert added_terms("STAGING_DB_HOST=db-stg-4.internal").split() == [
+        "staging",
+        "database",
+        "host",
+        "database",
+        "staging",
+    ]
+    assert added_terms('"stagingDatabaseHost": 1, HTTPServer').split() == [
+        "staging",
+        "database",
+        "host",
+        "http",
+        "server",
+    ]
+    assert added_terms("cfg.payments.retry_limit, the repo's pwd") == (
+        "config retry limit repository password"
+    )
+    # Timestamps are not identifiers, and words with more than one common reading stay as
+    # they are.
+    assert added_terms("2026-11-05T05:00 took 30 ms, min 2 sec, auth ok") == ""
+    # A query's abbreviation is searched by what it stands for (every text holding it holds
+    # that too); an identifier in a query by itself and by its words.
+    assert query_terms("the staging db host") == ["staging", "database", "host"]
+    assert query_terms("STAGING_DB_HOST") == ["staging_db_host", "staging", "database", "host"]
+    assert query_terms("stagingDbHost") == ["stagingdbhost", "staging", "database", "host"]
+
+
+def test_a_passage_naming_the_query_together_outranks_one_naming_its_words_apart() -> None:
+    noise = "\n".join(f"2026-11-0{n}T00:00 listening port check {n} passed" for n in range(1, 9))
+    apart = Piece(1, 0, 0, "tool output", "read_file", f"dev tools\n{noise}\nrepo: clean\n{noise}")
+    together = Piece(2, 0, 0, "tool output", "read_file", f"{noise}\ndev:\n  repo:\n    port: 2243")
+    others = [Piece(n, 0, 0, "tool output", "read_file", noise) for n in range(3, 12)]
+    ranked = rank([apart, together, *others], query_terms("development repository port"), 2)
+    assert [p.seq for p in ranked] == [2, 1]
+
+
+def test_hostile_queries_find_nothing_and_break_nothing_in_memory() -> None:
+    history, _ = settings_session(settings=20)
+    governed = govern(history, Policy(context_window=12_000), model=MODEL)
+    dropped, parts = hidden(governed.report, lambda position: position)
+    for query in (
+        "",
+        "!!! ::: &&& |||",
+        "(((( [[ \\ .* $ ^",
+        "' OR 1=1 --",
+        "\x00\ud800 nul and surrogate",
+        "the of and",
+        "x" * 5_000,
+        "aB" * 2_000,
+        "_" * 1_000,
+    ):
+        search_history(history, lambda p: fate_of(p, dropped, parts), query, 5)
+    assert search_history(history, lambda p: fate_of(p, dropped, parts), "!!! :::", 5) == []
 
 
 def test_what_is_sent_in_full_is_not_searched() -> None:

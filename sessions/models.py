@@ -10,6 +10,7 @@ one stamps it undone, so every earlier view of a session can be rebuilt.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from django.db import models
 from django.urls import reverse
 from pydantic_ai.messages import ModelMessage
 
+from ctxhub.governance.recall_terms import added_terms
 from sessions.payloads import message_from_payload
 
 
@@ -327,13 +329,25 @@ class EvictedOutput(models.Model):
         super().save(*args, **kwargs)
 
 
+class MessagePieceQuerySet(models.QuerySet["MessagePiece"]):
+    def bulk_create(
+        self, objs: Iterable[MessagePiece], *args: Any, **kwargs: Any
+    ) -> list[MessagePiece]:
+        pieces = list(objs)
+        for piece in pieces:
+            piece.terms = added_terms(piece.text)
+        return super().bulk_create(pieces, *args, **kwargs)
+
+
 class MessagePiece(models.Model):
     """A searchable piece of one part of a logged message, for ``recall``
     (``sessions/services/recall.py``): written with the message, never changed.
 
-    The full-text index over ``text`` is the database's own, made by migration 0010: in
-    PostgreSQL a generated ``search`` column (``to_tsvector('english', text)``) under a GIN
-    index, in SQLite an FTS5 table kept by triggers.
+    The full-text index over ``text`` and ``terms`` is the database's own, made by migrations
+    0010 and 0011: in PostgreSQL a generated ``search`` column (``to_tsvector('english', text
+    || ' ' || terms)``) under a GIN index, in SQLite an FTS5 table over both kept by triggers.
+    ``terms`` are derived from the text whenever a piece is written (``save`` and
+    ``bulk_create``), so no writer can leave them out.
     """
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="pieces")
@@ -343,12 +357,26 @@ class MessagePiece(models.Model):
     kind = models.CharField(max_length=16)
     tool_name = models.CharField(max_length=200, blank=True)
     text = models.TextField()
+    terms = models.TextField(
+        blank=True,
+        default="",
+        help_text=(
+            "What the text is searched by besides its own words: the words of its identifiers "
+            "and what its abbreviations stand for (ctxhub.governance.recall_terms)."
+        ),
+    )
+
+    objects = MessagePieceQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["session", "seq"], name="piece_session_seq")]
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq}.{self.part}@{self.offset}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.terms = added_terms(self.text)
+        super().save(*args, **kwargs)
 
 
 class GovernedSnapshot(models.Model):

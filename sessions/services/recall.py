@@ -2,9 +2,12 @@
 in full.
 
 Every logged message is cut into searchable pieces as it is appended (``store_pieces``, the
-engine's ``recall.pieces``), and the database indexes them for full-text search (migration
-0010): PostgreSQL's ``to_tsvector('english', …)``, stored beside each piece under a GIN index,
-or SQLite's FTS5 on the embedded default.
+engine's ``recall.pieces``), each stored with the terms it is searched by besides its own words
+(the engine's ``recall_terms``: the words of its identifiers, what its abbreviations stand for),
+and the database indexes text and terms for full-text search (migrations 0010 and 0011):
+PostgreSQL's ``to_tsvector('english', …)``, stored beside each piece under a GIN index, or
+SQLite's FTS5 on the embedded default. A query's terms are the engine's too, so the hub finds
+what the in-memory search finds: "staging database host" finds ``STAGING_DB_HOST=…``.
 
 ``recall`` governs the session as its next request would be sent and keeps the messages and
 parts that request hides (dropped by the window, summarised by a compaction, masked, cut,
@@ -47,7 +50,7 @@ TERMS_SEARCHED = 12
 # One query per word: the pieces of the hidden seqs it matches, best first, with how many it
 # matches in all (the word's document frequency, for ranking the union by BM25).
 _POSTGRES = """
-    SELECT count(*) OVER (), seq, part, "offset", kind, tool_name, text
+    SELECT count(*) OVER (), seq, part, "offset", kind, tool_name, text, terms
     FROM agent_sessions_messagepiece, plainto_tsquery('english', %s) AS query
     WHERE session_id = %s
       AND seq = ANY(%s)
@@ -58,7 +61,7 @@ _POSTGRES = """
 # bm25() cannot be called where a window function is computed: the matches are ranked first.
 _SQLITE = """
     WITH matched AS MATERIALIZED (
-        SELECT p.seq, p.part, p."offset", p.kind, p.tool_name, p.text,
+        SELECT p.seq, p.part, p."offset", p.kind, p.tool_name, p.text, p.terms,
                bm25(agent_sessions_messagepiece_fts) AS score
         FROM agent_sessions_messagepiece_fts
         JOIN agent_sessions_messagepiece AS p ON p.id = agent_sessions_messagepiece_fts.rowid
@@ -66,7 +69,7 @@ _SQLITE = """
           AND p.session_id = %s
           AND p.seq IN (SELECT value FROM json_each(%s))
     )
-    SELECT count(*) OVER (), seq, part, "offset", kind, tool_name, text
+    SELECT count(*) OVER (), seq, part, "offset", kind, tool_name, text, terms
     FROM matched
     ORDER BY score, seq DESC
     LIMIT %s
@@ -173,6 +176,6 @@ def _search(session: AgentSession, term: str, seqs: list[int]) -> tuple[int, lis
         rows = cursor.fetchall()
     count = rows[0][0] if rows else 0
     return count, [
-        Piece(seq, part, offset, kind, tool_name or None, text)
-        for _, seq, part, offset, kind, tool_name, text in rows
+        Piece(seq, part, offset, kind, tool_name or None, text, terms)
+        for _, seq, part, offset, kind, tool_name, text, terms in rows
     ]

@@ -29,7 +29,7 @@ from tests.api.test_contract import Api, error
 from tests.conftest import ARTIFACTS
 from tests.factories import make_session
 from tests.processes import asgi_server
-from tests.recall_session import Fact, planted_session
+from tests.recall_session import Fact, planted_session, settings_session
 
 ALL = ["read", "write", "govern"]
 
@@ -67,6 +67,20 @@ def test_recall_answers_with_the_hidden_passage_and_the_tools_text(api: Api, ali
     assert top["fate"] in ("masked", "dropped")
     assert body["text"].startswith(f"{len(body['hits'])} passage")
     assert f"#{fact.seq} tool output of read_file ({top['fate']})" in body["text"]
+
+
+@pytest.mark.django_db
+def test_recall_finds_a_setting_by_the_words_a_model_asks_with(api: Api, alice: Any) -> None:
+    session = make_session(alice, model="openai:gpt-4o", policy={"context_window": 16_000})
+    history, settings = settings_session(40)
+    services.append_messages(session, history, auto_compact=False)
+    found = hidden_now(session)
+    setting = next(s for s in settings if s.seq in found.messages or (s.seq, 0) in found.parts)
+    response = api.call("get", f"/sessions/{session.pk}/recall?query={quote(setting.query)}")
+    assert response.status_code == 200, response.content
+    hits = response.json()["hits"]
+    assert any(setting.value in hit["excerpt"] for hit in hits), (setting.lines(), hits)
+    assert setting.value in response.json()["text"]
 
 
 @pytest.mark.django_db

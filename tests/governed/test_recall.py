@@ -1,21 +1,25 @@
 """Recall over a stored session, by the database's own full-text search (PostgreSQL here, SQLite's
-FTS5 in the smoke run): what the next request hides is found in one call, what it sends or a
-clear hid is not, and a fork searches its own copy."""
+FTS5 in the smoke run): what the next request hides is found in one call, by the words a model
+asks with as well as by what a file wrote (``STG_DB_HOST`` for "staging database host"); what
+it sends or a clear hid is not, and a fork searches its own copy."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from ctxhub.governance.recall import pieces
+from ctxhub.governance.recall_terms import added_terms
 from sessions import services
 from sessions.models import AgentSession, MessagePiece
 from sessions.services.recall import hidden_now
 from tests.factories import make_session
 from tests.governed.builders import agentic_session, turn
 from tests.messages import reply, tool_call, tool_result, user
-from tests.recall_session import Fact, planted_session
+from tests.recall_session import Fact, Setting, planted_session, settings_session
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.smoke]
 
@@ -51,6 +55,26 @@ def test_two_hundred_facts_governance_hid_are_found_in_one_call_each(alice: Any)
     assert hit.fate in ("masked", "dropped")
 
 
+def _settings(owner: Any, settings: int = 60) -> tuple[AgentSession, list[Setting]]:
+    session = make_session(owner, model="openai:gpt-4o", policy={"context_window": 16_000})
+    history, planted = settings_session(settings)
+    services.append_messages(session, history, auto_compact=False)
+    found = hidden_now(session)
+    return session, [s for s in planted if s.seq in found.messages or (s.seq, 0) in found.parts]
+
+
+def test_settings_a_file_names_only_by_their_keys_are_found_by_the_words_a_model_asks_with(
+    alice: Any,
+) -> None:
+    session, hid = _settings(alice)
+    assert len(hid) >= 50, "the generated session must hide at least 50 settings"
+    # "staging database host" for STG_DB_HOST=…, "stgDbHost", stg: db: host: and stg.db.host.
+    recalled = [
+        s for s in hid if any(s.value in hit.excerpt for hit in services.recall(session, s.query))
+    ]
+    assert len(recalled) / len(hid) >= 0.95, f"found {len(recalled)} of {len(hid)}"
+
+
 def test_what_the_next_request_sends_in_full_is_not_searched(alice: Any) -> None:
     session, facts = _planted(alice, facts=230)
     found = hidden_now(session)
@@ -65,10 +89,10 @@ def test_every_logged_part_is_stored_in_the_engines_pieces(alice: Any) -> None:
     stored = list(
         MessagePiece.objects.filter(session=session)
         .order_by("seq", "part", "offset")
-        .values_list("seq", "part", "offset", "text")
+        .values_list("seq", "part", "offset", "text", "terms")
     )
     expected = [
-        (p.seq, p.part, p.offset, p.text)
+        (p.seq, p.part, p.offset, p.text, added_terms(p.text))
         for row in session.messages.order_by("seq")
         for p in pieces(row.seq, row.message)
     ]
@@ -117,6 +141,12 @@ def test_a_fork_recalls_from_its_own_copy(alice: Any) -> None:
     fork = services.fork_session(session, at, actor=alice)
     copied = MessagePiece.objects.filter(session=fork)
     assert copied.count() == MessagePiece.objects.filter(session=session, seq__lte=at).count()
+    fields = ("seq", "part", "offset", "text", "terms")
+    assert list(copied.order_by("seq", "part", "offset").values_list(*fields)) == list(
+        MessagePiece.objects.filter(session=session, seq__lte=at)
+        .order_by("seq", "part", "offset")
+        .values_list(*fields)
+    )
     assert not copied.filter(seq__gt=at).exists()
     fact = next(f for f in facts if _is_hidden(hidden_now(fork), f))
     assert any(fact.value in hit.excerpt for hit in services.recall(fork, fact.query))
@@ -140,6 +170,26 @@ def test_hostile_queries_find_nothing_and_break_nothing(alice: Any) -> None:
         "\x00\ud800 nul and surrogate",
         "the of and",
         "x" * 5_000,
+        "aB" * 2_000,
+        "_" * 1_000,
+        "DB_" * 300,
+        "db cfg env pwd",
     ):
         services.recall(session, query)  # no error is the point; the answers may be empty
     assert services.recall(session, "!!! ::: &&&") == []
+
+
+def test_pieces_stored_before_they_had_terms_are_given_them_and_found_by_topic(alice: Any) -> None:
+    session, hid = _settings(alice, settings=30)
+    setting = hid[0]
+    executor = MigrationExecutor(connection)
+    executor.migrate([("agent_sessions", "0010_message_pieces")])  # no terms, text indexed
+    try:
+        executor = MigrationExecutor(connection)
+        executor.migrate([("agent_sessions", "0011_piece_search_terms")])
+        stored = MessagePiece.objects.filter(session=session).values_list("text", "terms")
+        assert all(terms == added_terms(text) for text, terms in stored)
+        assert any(setting.value in hit.excerpt for hit in services.recall(session, setting.query))
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())

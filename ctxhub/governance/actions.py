@@ -18,13 +18,15 @@ from .steps.window import replay_window, triggered
 
 
 def action_due(setup: Setup, work: Work, high_water: float) -> Acted | None:
-    """Why the replayed request calls for an action, or None when it may go as it is."""
+    """Why the replayed request calls for an action, or None when it may go as it is. A
+    trigger firing calls for one whatever the action reclaims (the high-water mark's call is
+    weighed against the cache it breaks): the user asked for the window to move then."""
     if work.exact_over(setup.limit()):
         return "over_budget"
-    if work.exact_over(setup.limit(high_water)):
-        return "high_water"
     if triggered(work):
         return "trigger"
+    if work.exact_over(setup.limit(high_water)):
+        return "high_water"
     return None
 
 
@@ -36,7 +38,8 @@ def cheapest_action(
     alone, within the window as it stands (which keeps the request's prefix up to the first
     result it masks), or moving the window too (which rewrites everything after the head, but
     leaves more room before the next action). Only moving the window is sure to reach the
-    low-water mark; the others must at least get under the high-water mark. A new start
+    low-water mark (and to quiet the window's triggers, where that can be done); the others
+    must at least get under the high-water mark and leave no trigger firing. A new start
     (``started``) has no cached prefix to keep: it takes the most room, at the low-water mark."""
     hysteresis = setup.policy.hysteresis
     low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
@@ -45,9 +48,10 @@ def cheapest_action(
     if sent_tokens(full[0]) < low // 2 and any(name == "window" for name, _ in full[1]):
         # The window stopped far below the mark, at a message too large for the room left:
         # aiming at the high-water mark keeps the context that message and those after it
-        # carry, rather than a request of next to nothing.
-        full = act(setup, high)
-        tried.append(full)
+        # carry, rather than a request of next to nothing (unless a trigger would fire on it).
+        tried.append(act(setup, high))
+        if not triggered(tried[-1][0]):
+            full = tried[-1]
     candidates = [full]
     if not started and setup.policy.masking.enabled:
         tried.append(_remasked(setup, plan))
@@ -56,7 +60,7 @@ def cheapest_action(
             tried.append(act(setup, low, masked_enough=high))
             if not any(name == "window" for name, _ in tried[-1][1]):  # masking alone did
                 candidates.append(tried[-1])
-    fitting = [c for c in candidates[1:] if not c[0].exact_over(high)]
+    fitting = [c for c in candidates[1:] if not c[0].exact_over(high) and not triggered(c[0])]
     pace = max(growth, setup.budget // 100, 1)
     chosen = min(
         [full, *fitting],

@@ -137,9 +137,11 @@ def _fired(work: Work) -> bool:
 def triggered(work: Work) -> bool:
     """Whether a trigger fires on the request as planned: a message trigger counts every
     message sent, a token or fraction trigger the whole request (system prompt, instructions,
-    tool definitions, head and pins included), as users of peer libraries expect."""
-    triggers = work.policy.window.triggers
-    if not triggers:
+    tool definitions, head and pins included), as users of peer libraries expect. A disabled
+    window has no triggers."""
+    policy = work.policy.window
+    triggers = policy.triggers
+    if not triggers or not policy.enabled:
         return False
     messages = work.kept.count(1) + work.added_messages()  # a notice is a message sent
     for trigger in triggers:
@@ -287,7 +289,7 @@ def window(work: Work) -> int | None:
     previous = sum(work.facts[p].omitted for p in notices)
     # Reserve room for the notice at its largest (every middle message omitted).
     worst = build_notice(work, previous + floor, work.facts[floor].timestamp)
-    available = work.limit - fixed - (0 if worst is None else message_tokens(worst, work.tokenizer))
+    notice = 0 if worst is None else message_tokens(worst, work.tokenizer)
     # The keep counts the messages of the whole tail, the newest exchange and the current
     # turn's request included (pins and system prompts are kept like the head, uncounted).
     counted = [
@@ -295,7 +297,11 @@ def window(work: Work) -> int | None:
         for p in chain(middle_sticky, floor_kept)
         if (p >= floor or p >= work.turn_start) and not work.facts[p].notice
     ]
-    available, limit_messages = _kept_at_most(work, counted, available)
+    # Sent besides what the walk counts: the head, the other sticky messages, the notice and
+    # the budget note (the notice is not written yet: ``added_messages`` counts the note).
+    kept_anyway = head_end + 1 + len(middle_sticky) + len(floor_kept) - len(counted)
+    uncounted = kept_anyway + (worst is not None) + work.added_messages()
+    available, limit_messages = _kept_at_most(work, counted, fixed + notice, uncounted)
     start = _walk_start(work, head_end, floor)
     cut, stopped = _walk(
         work, head_end, floor, sticky, available, len(counted), limit_messages, start
@@ -322,18 +328,29 @@ def window(work: Work) -> int | None:
     return omitted
 
 
-def _kept_at_most(work: Work, counted: list[int], available: int) -> tuple[int, int]:
-    """The tokens and the messages the tail may hold, given the room ``available`` and the
-    messages ``counted`` already kept. The keep target applies however the window fired: a
-    budget-driven cut that kept more would let a trigger fire again on the output, and
-    governing twice must change nothing."""
-    keep = work.policy.window.keep
-    if keep is None:
-        return available, len(work.facts) + 1
-    kind, value = keep.resolve(work.window_tokens)
-    if kind == "messages":
-        return available, value
-    return min(available, value - sum(work.tokens[p] for p in counted)), len(work.facts) + 1
+def _kept_at_most(work: Work, counted: list[int], fixed: int, uncounted: int) -> tuple[int, int]:
+    """The tokens and the messages the tail may hold, the messages ``counted`` among them:
+    what the plan aims at, no more than the keep, and no more than leaves every trigger quiet
+    that what is sent anyway (``fixed`` tokens, ``uncounted`` messages) leaves room under.
+
+    The keep and the triggers apply however the window fired: a cut that left a trigger
+    firing would be cut again on the next request (a Governor would move the window on every
+    one), and governing the output again must change nothing."""
+    policy = work.policy.window
+    available, messages = work.limit - fixed, len(work.facts) + 1
+    for trigger in policy.triggers:
+        kind, value = trigger.resolve(work.window_tokens)
+        if kind == "messages" and value - uncounted >= len(counted):
+            messages = min(messages, value - uncounted)
+        elif kind == "tokens" and value - work.outside_tokens - fixed >= 0:
+            available = min(available, value - work.outside_tokens - fixed)
+    if policy.keep is not None:
+        kind, value = policy.keep.resolve(work.window_tokens)
+        if kind == "messages":
+            messages = min(messages, value)
+        else:
+            available = min(available, value - sum(work.tokens[p] for p in counted))
+    return available, messages
 
 
 def _walk_start(work: Work, head_end: int, floor: int) -> int:

@@ -31,7 +31,7 @@ def action_due(setup: Setup, work: Work, high_water: float) -> Acted | None:
 
 
 def cheapest_action(
-    setup: Setup, plan: Plan, replayed: Work, growth: int, *, started: bool
+    setup: Setup, plan: Plan, previous: Work, growth: int, *, started: bool
 ) -> tuple[Work, Steps]:
     """The action that costs the session least per request until the next, each candidate
     costed as a provider bills cached and written input: masking a batch of older results
@@ -39,7 +39,8 @@ def cheapest_action(
     result it masks), or moving the window too (which rewrites everything after the head, but
     leaves more room before the next action). Only moving the window is sure to reach the
     low-water mark (and to quiet the window's triggers, where that can be done); the others
-    must at least get under the high-water mark and leave no trigger firing. A new start
+    must at least get under the high-water mark and leave no trigger firing. Each is costed
+    against the ``previous`` request, grown (what the provider's cache holds). A new start
     (``started``) has no cached prefix to keep: it takes the most room, at the low-water mark."""
     hysteresis = setup.policy.hysteresis
     low, high = setup.limit(hysteresis.low_water), setup.limit(hysteresis.high_water)
@@ -53,9 +54,12 @@ def cheapest_action(
         if not triggered(tried[-1][0]):
             full = tried[-1]
     candidates = [full]
-    if not started and setup.policy.masking.enabled:
-        tried.append(_remasked(setup, plan))
-        candidates.append(tried[-1])
+    masking = setup.policy.masking
+    if not started and masking.enabled:
+        if masking.apply == "over_budget":
+            # Masking always masks by its rule on every request, not by the batch.
+            tried.append(_remasked(setup, plan))
+            candidates.append(tried[-1])
         if plan.cut is not None:
             tried.append(act(setup, low, masked_enough=high))
             if not any(name == "window" for name, _ in tried[-1][1]):  # masking alone did
@@ -64,7 +68,7 @@ def cheapest_action(
     pace = max(growth, setup.budget // 100, 1)
     chosen = min(
         [full, *fitting],
-        key=lambda action: _cost_per_request(replayed, action[0], high, pace),
+        key=lambda action: _cost_per_request(previous, action[0], high, pace),
     )
     for work, _ in tried:
         chosen[0].materialised |= work.materialised  # read to weigh the plans tried

@@ -19,9 +19,11 @@ from .reporting import build_report
 from .steps.repaired import Normalized
 from .tokens import Tokenizer
 
-Acted = Literal["start", "edited", "high_water", "over_budget", "trigger"]
+Acted = Literal["start", "edited", "high_water", "over_budget", "trigger", "always"]
 """Why a Governor changed what it had sent: its first request or a history edited under it
-(a new start), the history past the high-water mark, past the budget, or a window trigger."""
+(a new start), the history past the high-water mark, past the budget, a window trigger, or a
+rule the policy applies to every request (``masking.apply`` always, ``dedupe.keys``) reaching
+an output sent before."""
 ToolDefinitions = Sequence[ToolDefinition | Mapping[str, Any]]
 
 

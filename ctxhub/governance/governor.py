@@ -6,7 +6,9 @@ turn makes the session pay full price every turn. A ``Governor`` acts only at a 
 mark, cutting down to a low-water mark, and between actions replays its last decisions — the
 same window cut and notice, the same masked results, the same outputs counted as older — so
 what it sent before goes out byte-identical with the new messages appended. A request that
-would pass the budget always triggers an action.
+would pass the budget, or on which a window trigger fires, always triggers an action; and what
+the policy applies always (masking ``always``, ``Dedupe.keys``) is applied to every request, as
+``govern()`` applies it, though it rewrites an output sent before (``acted`` says so).
 
 Its state is plain data (``state()``), and a Governor rebuilt from it (``from_state``) sends
 the same next request as the one that wrote it: the same sequence of histories gives the same
@@ -28,11 +30,12 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ._work import Work
 from .actions import action_due, cheapest_action
-from .assemble import request_tokens, sent_tokens, shared_prefix_tokens
+from .assemble import assemble, request_tokens, sent_tokens, shared_prefix_tokens
 from .facts import MessageFacts
 from .governed import Acted, Governed, ToolDefinitions
 from .pipeline import (
     Setup,
+    Steps,
     act,
     finish,
     set_up,
@@ -40,6 +43,7 @@ from .pipeline import (
 from .plans import (
     Plan,
     State,
+    applied,
     fresh_plan,
     note_is_current,
     plan_holds,
@@ -195,31 +199,61 @@ class Governor:
             started = started or "edited"
             plan = fresh_plan(setup)
         continued = started is None
-        replayed, replay_steps = replay(setup, plan)
+        # The previous request, grown; and what goes out unless an action is due: that request
+        # with what the policy applies to every request (masking always, dedupe keys).
+        grown, replay_steps = replay(setup, plan)
+        replayed, rules = grown, applied(setup, plan)
+        if rules is not plan:
+            plan = rules
+            replayed, replay_steps = replay(setup, plan)
+            sent_tokens(grown)  # compared with what goes out: every kept message governed
+            replayed.materialised |= grown.materialised
         now = sent_tokens(replayed)
         state = self._state
         growth = _growth(state, now + replayed.note_tokens()) if continued else state.growth
         due = action_due(setup, replayed, hysteresis.high_water)
         if due is None:
-            plan, shared = _noted(setup, replayed, plan, continued)
-            governed = finish(setup, replayed, replay_steps, self._cache, started)
-            return self._sent(setup, governed, replayed, plan, growth, continued, shared)
-        work, steps = cheapest_action(setup, plan, replayed, growth, started=not continued)
+            return self._replayed(setup, grown, replayed, replay_steps, plan, growth, started)
+        work, steps = cheapest_action(setup, plan, grown, growth, started=not continued)
         work.materialised |= replayed.materialised  # read to find the action due
         sent = sent_tokens(work)
         if due == "high_water" and continued and now - sent < hysteresis.min_reclaim_tokens:
             # Below the budget, an action must free enough to pay for the cache it breaks.
             replayed.materialised |= work.materialised  # read to weigh the action
-            plan, shared = _noted(setup, replayed, plan, continued)
-            governed = finish(setup, replayed, replay_steps, self._cache, None)
-            return self._sent(setup, governed, replayed, plan, growth, continued, shared)
+            return self._replayed(setup, grown, replayed, replay_steps, plan, growth, started)
         new_plan = plan_of(setup, work, steps)
         if setup.note_on:
             new_plan = with_note(setup, new_plan, write_note(setup, work))
         # The replayed plan sends the previous request, grown: what the action keeps of it.
-        shared = shared_prefix_tokens(replayed, work) if continued else None
+        shared = shared_prefix_tokens(grown, work) if continued else None
         governed = finish(setup, work, steps, self._cache, started or due)
         return self._sent(setup, governed, work, new_plan, growth, continued, shared)
+
+    def _replayed(
+        self,
+        setup: Setup,
+        grown: Work,
+        replayed: Work,
+        steps: Steps,
+        plan: Plan,
+        growth: int,
+        started: Acted | None,
+    ) -> Governed:
+        """Send ``replayed``, no action taken: the previous request grown (``grown``), but
+        for what the policy applies to every request, which may change messages it sent."""
+        continued = started is None
+        acted: Acted | None = started
+        shared = None
+        if continued and replayed is not grown:
+            sent = self._state.messages
+            if assemble(replayed)[:sent] != assemble(grown)[:sent]:
+                acted = "always"
+                shared = shared_prefix_tokens(grown, replayed)
+        plan, rewritten = _noted(setup, replayed, plan, continued)
+        if rewritten is not None:
+            shared = rewritten if shared is None else min(shared, rewritten)
+        governed = finish(setup, replayed, steps, self._cache, acted)
+        return self._sent(setup, governed, replayed, plan, growth, continued, shared)
 
     def _sent(
         self,

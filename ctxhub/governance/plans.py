@@ -188,6 +188,35 @@ def plan_of(setup: Setup, work: Work, steps: Steps) -> Plan:
     )
 
 
+def applied(setup: Setup, plan: Plan) -> Plan:
+    """``plan`` with what the policy applies to every request, as ``govern()`` applies it to
+    the history: the results masking ``always`` masks, and the older reads of a resource read
+    again (``Dedupe.keys``) replaced. The user chose them over the prompt cache: a request
+    sends them as they stand, though it changes what the one before sent."""
+    policy = setup.policy
+    update: dict[str, Any] = {}
+    if policy.masking.enabled and policy.masking.apply == "always":
+        probe = new_work(setup, setup.limit())
+        mask(probe)
+        span = probe.mask_span
+        if span is not None and span != plan.mask_span:
+            index = setup.normalized.index
+            anchors = {*plan.anchors, (span[0], index[span[0]]), (span[2], index[span[2]])}
+            update.update(mask_span=span, anchors=tuple(sorted(anchors)))
+    keys = policy.dedupe.keys
+    if keys and setup.duplicates:
+        facts, known = setup.normalized.facts, set(plan.repeated)
+        reads = tuple(
+            pair
+            for older, newer in setup.duplicates.items()
+            if facts[older[0]].part_tool_names[older[1]] in keys
+            and (pair := (*older, *newer)) not in known
+        )
+        if reads:
+            update["repeated"] = plan.repeated + reads
+    return plan.model_copy(update=update) if update else plan
+
+
 def fresh_plan(setup: Setup) -> Plan:
     """The plan of a new start, which has no cached prefix to keep: the caps, older copies of
     repeated outputs replaced, and masking if the policy masks always; nothing dropped."""

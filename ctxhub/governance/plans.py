@@ -198,11 +198,10 @@ def applied(setup: Setup, plan: Plan) -> Plan:
     if policy.masking.enabled and policy.masking.apply == "always":
         probe = new_work(setup, setup.limit())
         mask(probe)
-        span = probe.mask_span
-        if span is not None and span != plan.mask_span:
-            index = setup.normalized.index
-            anchors = {*plan.anchors, (span[0], index[span[0]]), (span[2], index[span[2]])}
-            update.update(mask_span=span, anchors=tuple(sorted(anchors)))
+        # Worked out again on every request, the span is not anchored: anchors would pile up
+        # in the state as its end moves on with the newest results.
+        if probe.mask_span not in (None, plan.mask_span):
+            update["mask_span"] = probe.mask_span
     keys = policy.dedupe.keys
     if keys and setup.duplicates:
         facts, known = setup.normalized.facts, set(plan.repeated)

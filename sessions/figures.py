@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, Protocol
 
 
 def share(tokens: int, window: int) -> str:
@@ -44,21 +44,108 @@ def sent_change(before: int, after: int, window: int) -> str:
     )
 
 
+def change(before: int, after: int) -> str:
+    """How far ``after`` moved from ``before``, as a signed whole percentage: ``+9 %``,
+    ``-45 %``; ``±0 %`` for less than half a percent either way."""
+    moved = round(100 * (after - before) / max(before, 1))
+    if moved == 0:
+        return "±0 %"
+    return f"{moved:+d} %"
+
+
+def summary_gives(messages: int, unseen: int) -> str:
+    """What the model gets from a compaction's summary: ``the model gets a summary of 2,900
+    messages it no longer saw``."""
+    noun = "message" if messages == 1 else "messages"
+    if unseen >= messages:
+        return f"the model gets a summary of {messages:,} {noun} it no longer saw"
+    if unseen:
+        return (
+            f"the model gets a summary of {messages:,} {noun}, {unseen:,} of which it no "
+            "longer saw in full"
+        )
+    return f"the model gets a summary in place of {messages:,} {noun} it saw in full"
+
+
+def compaction_change(
+    messages: int, unseen: int, before: int, after: int, low_water: int, *, at_most: bool = False
+) -> str:
+    """A compaction in one sentence, the same in the preview, the job's result, Records, the
+    chat, the API and the fleet: ``the model gets a summary of 2,900 messages it no longer
+    saw; next request 20,263 → 22,100 tokens (+9 %), below the low-water mark of 26,700``.
+    ``at_most``: a preview's promise (``→ at most 22,100``)."""
+    bound = "at most " if at_most else ""
+    if after < low_water:
+        mark = f"below the low-water mark of {low_water:,}"
+    elif after == low_water:
+        mark = "which is the low-water mark"
+    else:
+        mark = f"above the low-water mark of {low_water:,}"
+    return (
+        f"{summary_gives(messages, unseen)}; next request {before:,} → {bound}{after:,} "
+        f"tokens ({change(before, after)}), {mark}"
+    )
+
+
 def compaction_outcome(result: Mapping[str, Any]) -> str:
-    """A finished compaction job's result in words: the next request first, the effective
-    history as detail; empty when the job wrote nothing."""
+    """A finished compaction job's result in words: what the model gets and the next request
+    first, the effective history as detail; empty when the job wrote nothing."""
     if "tokens_before" not in result:
         return ""
     history = f"effective history {result['tokens_before']:,} → {result['tokens_after']:,}"
     if "sent_before" not in result:  # a job finished before the next request was measured
         return history
-    sent = sent_change(result["sent_before"], result["sent_after"], result["window"])
+    if "low_water" in result:
+        sent = compaction_change(
+            result["messages"],
+            result["unseen"],
+            result["sent_before"],
+            result["sent_after"],
+            result["low_water"],
+        )
+    else:  # a job written before compactions said what the model gets
+        sent = sent_change(result["sent_before"], result["sent_after"], result["window"])
     said = f"{sent}; {history}"
     if result.get("summarizer_cost") is not None:
         said += f"; the summariser cost {money(result['summarizer_cost'])}"
     if result.get("saved_per_request") is not None:
         said += f", and each following request saves {money(result['saved_per_request'])}"
+    if result.get("facts_left_out"):
+        said += (
+            f"; {result['facts_left_out']:,} of its {result['facts']:,} facts did not fit the "
+            "summary's room (the log keeps them, for recall)"
+        )
     return said
+
+
+NOTHING_TO_COMPACT = (
+    "nothing to compact: every message before the recent ones a compaction keeps is "
+    "summarised already, or stays as the head, a pin or the system prompt"
+)
+
+
+class Job(Protocol):
+    status: str
+    outcome: str
+    error: str
+    result: Any
+    progress: Any
+
+
+def job_words(job: Job) -> str:
+    """What became of a compaction job, in one sentence (no final stop): what the model got,
+    or why nothing was written, or where it stands."""
+    if job.status == "done":
+        said = compaction_outcome(job.result or {})
+        if said:
+            return f"compacted: {said}"
+        if job.outcome == "nothing_to_compact":
+            return NOTHING_TO_COMPACT
+        return job.error or f"not compacted: {outcome_words(job.outcome)}"
+    if job.status == "failed":
+        return f"failed: {job.error}"
+    stage = (job.progress or {}).get("stage") or job.status
+    return f"{job.status}: {stage}" if stage != job.status else job.status
 
 
 def money(amount: str | Decimal | None, currency: str = "USD") -> str:

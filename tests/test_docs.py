@@ -317,9 +317,12 @@ def test_compose_reads_the_env_file_the_docs_make(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def hub(django_db_setup: None) -> Iterator[str]:
     from tests.conftest import ARTIFACTS
-    from tests.processes import asgi_server
+    from tests.processes import asgi_server, celery_worker
 
-    with asgi_server(ARTIFACTS / "logs" / "web-docs.log") as url:
+    with (
+        asgi_server(ARTIFACTS / "logs" / "web-docs.log") as url,
+        celery_worker(ARTIFACTS / "logs" / "worker-docs.log"),  # the compaction jobs
+    ):
         yield url
 
 

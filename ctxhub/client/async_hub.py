@@ -12,7 +12,15 @@ from pydantic_ai.messages import ModelMessage
 
 import ctxhub.client.calls as calls
 from ctxhub.client.calls import RETRIED_STATUSES, Tools
-from ctxhub.client.models import Appended, Context, Job, Recalled, Session, StoredMessage
+from ctxhub.client.models import (
+    Appended,
+    Context,
+    Job,
+    Preview,
+    Recalled,
+    Session,
+    StoredMessage,
+)
 
 T = TypeVar("T")
 
@@ -139,13 +147,16 @@ class AsyncHub:
     ) -> Context:
         return await self._send(calls.context(session_id, model, max_tokens))
 
-    async def preview_compaction(
-        self, session_id: uuid.UUID | str, *, focus: str = ""
-    ) -> dict[str, Any]:
+    async def preview_compaction(self, session_id: uuid.UUID | str, *, focus: str = "") -> Preview:
         return await self._send(calls.preview_compaction(session_id, focus))
 
-    async def compact(self, session_id: uuid.UUID | str, *, focus: str = "") -> Job:
-        return await self._send(calls.compact(session_id, focus))
+    async def compact(
+        self, session_id: uuid.UUID | str, *, focus: str = "", expected: str | None = None
+    ) -> Job:
+        return await self._send(calls.compact(session_id, focus, expected))
+
+    async def undo_compaction(self, compaction_id: int) -> None:
+        await self._send(calls.undo_compaction(compaction_id))
 
     async def fork(
         self,

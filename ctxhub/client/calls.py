@@ -20,6 +20,7 @@ from ctxhub.client.models import (
     Context,
     HubError,
     Job,
+    Preview,
     Recalled,
     Session,
     StoredMessage,
@@ -145,15 +146,18 @@ def messages_page(session_id: uuid.UUID | str, after_seq: int, limit: int) -> Ca
     )
 
 
-def compact(session_id: uuid.UUID | str, focus: str) -> Call[Job]:
-    return Call(
-        "POST", f"/sessions/{session_id}/compactions", Job.model_validate, body={"focus": focus}
-    )
+def compact(session_id: uuid.UUID | str, focus: str, expected: str | None = None) -> Call[Job]:
+    body = present(focus=focus, expected=expected)
+    return Call("POST", f"/sessions/{session_id}/compactions", Job.model_validate, body=body)
 
 
-def preview_compaction(session_id: uuid.UUID | str, focus: str) -> Call[dict[str, Any]]:
+def preview_compaction(session_id: uuid.UUID | str, focus: str) -> Call[Preview]:
     body = {"focus": focus, "dry_run": True}
-    return Call("POST", f"/sessions/{session_id}/compactions", dict, body=body)
+    return Call("POST", f"/sessions/{session_id}/compactions", Preview.model_validate, body=body)
+
+
+def undo_compaction(compaction_id: int) -> Call[dict[str, Any]]:
+    return Call("POST", f"/compactions/{compaction_id}/undo", dict)
 
 
 def fork(

@@ -12,7 +12,15 @@ from pydantic_ai.messages import ModelMessage
 
 import ctxhub.client.calls as calls
 from ctxhub.client.calls import RETRIED_STATUSES, Tools
-from ctxhub.client.models import Appended, Context, Job, Recalled, Session, StoredMessage
+from ctxhub.client.models import (
+    Appended,
+    Context,
+    Job,
+    Preview,
+    Recalled,
+    Session,
+    StoredMessage,
+)
 
 T = TypeVar("T")
 
@@ -135,11 +143,21 @@ class Hub:
     ) -> Context:
         return self._send(calls.context(session_id, model, max_tokens))
 
-    def preview_compaction(self, session_id: uuid.UUID | str, *, focus: str = "") -> dict[str, Any]:
+    def preview_compaction(self, session_id: uuid.UUID | str, *, focus: str = "") -> Preview:
+        """What compacting now would summarise and keep, and what the next request would
+        carry: changes nothing."""
         return self._send(calls.preview_compaction(session_id, focus))
 
-    def compact(self, session_id: uuid.UUID | str, *, focus: str = "") -> Job:
-        return self._send(calls.compact(session_id, focus))
+    def compact(
+        self, session_id: uuid.UUID | str, *, focus: str = "", expected: str | None = None
+    ) -> Job:
+        """Queue a compaction (``expected``: a preview's fingerprint, refused with a 409 when
+        the session changed since); follow it with ``job``."""
+        return self._send(calls.compact(session_id, focus, expected))
+
+    def undo_compaction(self, compaction_id: int) -> None:
+        """Undo a compaction (``job.result["compaction"]``): the model sees what it replaced."""
+        self._send(calls.undo_compaction(compaction_id))
 
     def fork(
         self,

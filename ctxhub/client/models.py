@@ -86,6 +86,30 @@ class Recalled(BaseModel):
     """The answer as the recall tool gives it to a model."""
 
 
+class Preview(BaseModel):
+    """A compaction's dry run: what it would summarise and keep, and what the next request
+    would carry (``message`` says it in one sentence)."""
+
+    fingerprint: str
+    """Pass it as ``expected`` to compact exactly this plan."""
+    nothing_to_compact: bool
+    message: str
+    summarized_seqs: list[int]
+    kept_seqs: list[int]
+    kept_user_seqs: list[int]
+    messages: int
+    unseen: int
+    sent_now: int
+    sent_after_max: int
+    low_water: int
+    window_tokens: int
+    shrinks: bool
+    refused: bool
+    tokens_before: int
+    tokens_after_estimate: int
+    summarizer: str
+
+
 class Job(BaseModel):
     id: uuid.UUID
     session: uuid.UUID
@@ -94,7 +118,14 @@ class Job(BaseModel):
     focus: str
     outcome: str
     error: str
+    message: str = ""
+    """What became of it in one sentence."""
     progress: dict[str, Any]
     result: dict[str, Any]
     created_at: datetime
     finished_at: datetime | None
+
+    @property
+    def active(self) -> bool:
+        """Whether it is still queued or running."""
+        return self.status in ("queued", "running")

@@ -215,6 +215,47 @@ class CompactionIn(_Storable):
     )
 
 
+class PreviewOut(Schema):
+    fingerprint: str = Field(
+        description="Pass it as `expected` to compact exactly this plan (409 if stale)."
+    )
+    nothing_to_compact: bool = Field(
+        description="No message before the kept tail is left that no summary covers."
+    )
+    message: str = Field(
+        description="The plan in one sentence: what the model would get and the next request "
+        "now and at most after, against the low-water mark; or why it would be refused."
+    )
+    summarized_seqs: list[int] = Field(description="Log seqs the summary would stand for.")
+    kept_seqs: list[int] = Field(description="Log seqs that stay as they are.")
+    kept_user_seqs: list[int] = Field(
+        description="Summarised user messages whose words stay verbatim beside the summary."
+    )
+    messages: int = Field(
+        description="Messages the summary would stand for (those earlier summaries stood for "
+        "included)."
+    )
+    unseen: int = Field(
+        description="Of those, the messages the next request does not carry in full now "
+        "(dropped, masked, cut, evicted, or summarised before)."
+    )
+    sent_now: int = Field(description="Tokens the next request carries now, tools included.")
+    sent_after_max: int = Field(
+        description="The most tokens the next request would carry after; the job keeps it."
+    )
+    low_water: int = Field(
+        description="Tokens the next request carries at the Governor's low-water mark: a "
+        "compaction may grow the request up to it when the summary replaces what the model "
+        "does not see, and is refused past it."
+    )
+    window_tokens: int
+    shrinks: bool = Field(description="Whether the next request would carry less.")
+    refused: bool = Field(description="Whether the job would refuse it (see `message`).")
+    tokens_before: int = Field(description="Tokens of the effective history now.")
+    tokens_after_estimate: int = Field(description="At most, after.")
+    summarizer: str
+
+
 class JobOut(Schema):
     id: UUID
     session: UUID
@@ -223,6 +264,10 @@ class JobOut(Schema):
     focus: str
     outcome: str
     error: str
+    message: str = Field(
+        description="What became of it in one sentence: what the model gets and the next "
+        "request before and after against the low-water mark, or why nothing was written."
+    )
     progress: dict[str, Any]
     result: dict[str, Any]
     created_at: datetime

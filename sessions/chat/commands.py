@@ -19,8 +19,8 @@ from ctxhub.governance.recall import query_terms
 from sessions import services
 from sessions.chat import turns
 from sessions.consumers_report import top_consumers
-from sessions.figures import compaction_outcome, outcome_words, percent
-from sessions.models import AgentSession, JobStatus, MessageKind
+from sessions.figures import job_words, percent
+from sessions.models import AgentSession, MessageKind
 from sessions.services import Conflict, Invalid, NotFound
 from sessions.xray import xray
 
@@ -81,13 +81,9 @@ def _compact(session: AgentSession, actor: Any, focus: str) -> Note:
     request = services.request_compaction(session, actor=actor, focus=focus)
     job = request.job
     job.refresh_from_db()
-    if job.status == JobStatus.DONE and job.result.get("tokens_before"):
-        return Note("compact", f"Compacted: {compaction_outcome(job.result)}.")
-    if job.status == JobStatus.DONE:
-        why = job.error or outcome_words(job.outcome or "nothing_to_compact")
-        return Note("compact", f"Not compacted: {why.rstrip('.')}.")
-    if job.status == JobStatus.FAILED:
-        return Note("compact", f"Compaction failed: {job.error}")
+    if not job.active:
+        said = job_words(job)
+        return Note("compact", f"{said[0].upper()}{said[1:].rstrip('.')}.")
     again = "" if request.created else " (the same request was already queued)"
     return Note("compact", f"Compaction queued{again}; its progress shows above the timeline.")
 

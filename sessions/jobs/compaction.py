@@ -334,6 +334,8 @@ def _summarise(job: CompactionJob, session: AgentSession, heartbeat: Heartbeat) 
         progress(job, "planning")
         history = effective_history(session, upto_seq=state.last_seq)
         messages = list(history.messages)
+        # What the session's next request carries now, as its own Governor sends it.
+        sent_now = governed_tokens(session)
         span.set_attributes(
             {
                 "ctxhub.compaction.revision": state.revision,
@@ -361,6 +363,8 @@ def _summarise(job: CompactionJob, session: AgentSession, heartbeat: Heartbeat) 
                         focus=job.focus or None,
                         keep=keep_threshold(history, job.plan.get("keep_from")),
                         on_chunk=on_chunk,
+                        tool_tokens=session_tools(session).total,
+                        sent_now=sent_now,
                     ),
                     timeout=settings.CTXHUB_JOB_TIME_LIMIT,
                 )
@@ -384,9 +388,6 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
     tokenizer = tokenizer_for(session.model)
     replacement = replacement_for(basis.history, basis.messages, compacted.messages, tokenizer)
     report = compacted.report
-    # Governed outside the lock (appends wait on it): the session as the summary was written
-    # for, give or take an append.
-    before = governed_tokens(session)
     with transaction.atomic():
         lock_session(session)
         current = session_state(session)
@@ -439,14 +440,14 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
             finished_at=timezone.now(),
         )
         bump_revision(session)
-        job.result = _result(job, session, record, report, before)
+        job.result = _result(job, session, record, report)
         job.save(update_fields=["result"])
         _finish(job, JobStatus.DONE, outcome=report.outcome, error=report.error or "")
         event = audit(
             session,
             job.actor,
             "compact",
-            tokens_before=before,
+            tokens_before=report.sent_before,
             compaction=record.pk,
             job=str(job.pk),
             trigger=job.trigger,
@@ -460,20 +461,19 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
 
 
 def _result(
-    job: CompactionJob,
-    session: AgentSession,
-    record: Compaction,
-    report: CompactionReport,
-    before: int,
+    job: CompactionJob, session: AgentSession, record: Compaction, report: CompactionReport
 ) -> dict[str, Any]:
-    """What a job that wrote its compaction says: the next request before and after (the
-    tool definitions go beside the messages the engine counts, unchanged), the effective
-    history, how well the facts held, and what it cost and saves."""
-    after = report.sent_after + session_tools(session).total
+    """What a job that wrote its compaction says: what the model gets, the next request before
+    and after (tool definitions included) against the low-water mark, the effective history,
+    how well the facts held, and what it cost and saves."""
     return {
         "compaction": record.pk,
-        "sent_before": before,
-        "sent_after": after,
+        "messages": report.summarized_messages,
+        "unseen": report.hidden_messages,
+        "sent_before": report.sent_before,
+        "sent_after": report.sent_after,
+        "sent_after_max": report.sent_after_max,
+        "low_water": report.low_water,
         "window": session_window(session),
         "tokens_before": report.tokens_before,
         "tokens_after": report.tokens_after,
@@ -481,9 +481,12 @@ def _result(
         # missing ones were appended (see ``ctxhub.governance.ledger.reconcile``).
         "facts": len(report.ledger),
         "facts_in_summary": len(report.kept_by_summarizer),
+        "facts_left_out": report.ledger_omitted,
         "fact_score": report.fact_score,
         "missing_facts": report.missing_facts,
-        **compaction_costs(session, job.summarizer, report, saved_tokens=before - after),
+        **compaction_costs(
+            session, job.summarizer, report, saved_tokens=report.sent_before - report.sent_after
+        ),
     }
 
 

@@ -20,14 +20,15 @@ from django.db import IntegrityError, transaction
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from ctxhub.governance import Policy, is_summary, plan_compaction
-from ctxhub.governance.compact import MIN_SUMMARY_TOKENS
+from ctxhub.governance.compact import no_room
+from ctxhub.governance.compaction_plan import MIN_SUMMARY_TOKENS
 from ctxhub.governance.counting import MARK
 from ctxhub.governance.facts import message_facts
 from ctxhub.governance.policy import Threshold
 from ctxhub.governance.summaries import SUMMARY_PREFIX
-from ctxhub.governance.summarise import DEFAULT_SUMMARY_TOKENS
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import events
+from sessions.figures import NOTHING_TO_COMPACT, compaction_change
 from sessions.history import EffectiveHistory, effective_history, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
@@ -108,7 +109,8 @@ def keep_threshold(history: EffectiveHistory, keep_from: int | None) -> Threshol
 
 @dataclass(frozen=True)
 class CompactionPreview:
-    """A dry run: exactly which log messages a compaction would summarise and keep."""
+    """A dry run: exactly which log messages a compaction would summarise and keep, and what
+    the next request would carry."""
 
     fingerprint: str
     """Pass it back to ``request_compaction`` to apply this plan (refused if stale)."""
@@ -125,37 +127,60 @@ class CompactionPreview:
     kept_user_seqs: list[int]
     """Summarised user messages whose words stay verbatim beside the summary."""
     previous_summaries: int
+    messages: int
+    """Messages the summary will stand for (counting those earlier summaries stood for)."""
+    unseen: int
+    """Of those, the ones the next request does not carry in full now."""
     tokens_before: int
     """Tokens of the effective history now."""
     tokens_kept: int
     """Tokens of what stays (kept messages and kept user words)."""
     summary_tokens_max: int
-    """What the summariser may write (its ledger of facts may add to it)."""
+    """The most the summary may take, its ledger of facts included."""
     sent_now: int
     """Tokens the session's next request carries now (what the x-ray shows)."""
     sent_after_max: int
     """Tokens the next request would carry after it, at most (kept messages, the user's words
-    kept and the longest summary asked for); ``sent_now`` when nothing is compacted."""
-    summary_room: int
-    """The longest summary the summariser would be asked for: what the compaction's aim leaves
-    beside what it keeps."""
+    kept and a summary filling its room); ``sent_now`` when nothing is compacted."""
+    low_water: int
+    """Tokens the next request carries at the Governor's low-water mark."""
+    refusal: str | None
+    """Why the job will refuse it (what it keeps leaves a summary no room), or None."""
     window_tokens: int
 
     @property
     def nothing_to_compact(self) -> bool:
+        """Whether no message before the kept tail is left that no summary covers."""
         return not self.summarized_seqs
 
     @property
+    def refused(self) -> bool:
+        return self.refusal is not None
+
+    @property
     def shrinks(self) -> bool:
-        """Whether the next request would carry less (a compaction of a session the window
-        already keeps small may only replace what the window omits with a summary)."""
+        """Whether the next request would carry less."""
         return not self.nothing_to_compact and self.sent_after_max < self.sent_now
 
     @property
-    def refused(self) -> bool:
-        """Whether the compaction will be refused when it runs: what it keeps leaves no room
-        for a summary in the next request (its growth guard)."""
-        return not self.nothing_to_compact and self.summary_room < MIN_SUMMARY_TOKENS
+    def sentence(self) -> str:
+        """What it does, in the words of every other place a compaction is described."""
+        return compaction_change(
+            self.messages,
+            self.unseen,
+            self.sent_now,
+            self.sent_after_max,
+            self.low_water,
+            at_most=True,
+        )
+
+    @property
+    def message(self) -> str:
+        """The preview in one sentence: what the model would get, why it would be refused, or
+        that there is nothing to compact."""
+        if self.nothing_to_compact:
+            return NOTHING_TO_COMPACT
+        return self.refusal or self.sentence
 
     @property
     def tokens_after_estimate(self) -> int:
@@ -207,34 +232,36 @@ def preview_compaction(
     """What compacting the session now would summarise and keep; nothing is written.
 
     ``keep_from``: compact everything above the message at this seq (it and what follows
-    stay). The compacted history is assembled as the job will assemble it, with a stand-in summary,
-    so the seqs listed are exactly those the job's record covers.
+    stay). The compacted history is assembled as the job will assemble it, with a stand-in
+    summary, so the seqs listed are exactly those the job's record covers; the figures are the
+    job's (``plan_compaction`` with the session's tools and its next request as sent now).
     """
     policy = compaction_policy(session)
     summarizer = session_summarizer(session)
     state = session_state(session)
     history = effective_history(session)
     messages = list(history.messages)
+    sent_now = governed_context(session).tokens
     plan = plan_compaction(
         messages,
         policy,
         model=session.model,
         pinned=history.positions(state.pins),
         keep=keep_threshold(history, keep_from),
+        tool_tokens=session_tools(session).total,
+        sent_now=sent_now,
     )
     key = fingerprint(session, state, policy, summarizer, focus, keep_from)
     tokenizer = tokenizer_for(session.model)
-    sent_now = governed_context(session).tokens
-    tools = session_tools(session).total  # sent beside the messages, before and after
     window = session_window(session)
     if not plan.summarized_indices:
         all_seqs = [s for s in (history.seq_at(p) for p in range(len(history))) if s is not None]
         return CompactionPreview(
-            key, focus, summarizer, state, keep_from, None, None, [], all_seqs, [], 0,
-            history.tokens, history.tokens, DEFAULT_SUMMARY_TOKENS, sent_now, sent_now, 0, window,
+            key, focus, summarizer, state, keep_from, None, None, [], all_seqs, [], 0, 0, 0,
+            history.tokens, history.tokens, 0, sent_now, sent_now, plan.low_water, None, window,
         )  # fmt: skip
     stand_in = ModelRequest(
-        parts=[UserPromptPart(SUMMARY_PREFIX.format(count=len(plan.middle)))],
+        parts=[UserPromptPart(SUMMARY_PREFIX.format(count=plan.represented))],
         metadata={MARK: {"compaction": "summary"}},
     )
     output = plan.assemble(stand_in)
@@ -243,7 +270,6 @@ def preview_compaction(
     replaced = set(replacement.summarized_seqs)
     kept_seqs = [s for s in shown if s is not None and s not in replaced]
     tokens_kept = sum(message_facts(m, tokenizer).tokens for m in output if m is not stand_in)
-    summary_room = plan.summary_tokens_for(DEFAULT_SUMMARY_TOKENS)
     return CompactionPreview(
         fingerprint=key,
         focus=focus,
@@ -258,12 +284,15 @@ def preview_compaction(
             s for p in plan.kept_user_indices if (s := history.seq_at(p)) is not None
         ),
         previous_summaries=len(plan.stripped.summaries),
+        messages=plan.represented,
+        unseen=plan.unseen,
         tokens_before=history.tokens,
         tokens_kept=tokens_kept,
-        summary_tokens_max=DEFAULT_SUMMARY_TOKENS,
+        summary_tokens_max=plan.summary_room,
         sent_now=sent_now,
-        sent_after_max=plan.kept_tokens + plan.users_tokens + summary_room + tools,
-        summary_room=summary_room,
+        sent_after_max=plan.sent_after_max,
+        low_water=plan.low_water,
+        refusal=no_room(plan) if plan.summary_room < MIN_SUMMARY_TOKENS else None,
         window_tokens=window,
     )
 
@@ -287,13 +316,16 @@ def request_compaction(
     expected: str | None = None,
     trigger: str = "manual",
     keep_from: int | None = None,
+    reason: str = "",
+    detail: str = "",
 ) -> JobRequest:
     """Queue a compaction job; the same request twice gives the same job.
 
     ``expected`` is a preview's fingerprint: when the session changed since that preview (an
     append, a record, a pin, a policy change) the request is refused as a conflict. A second
     request while another job of the session is queued or running is refused too, naming it.
-    ``keep_from`` compacts everything above the message at that seq.
+    ``keep_from`` compacts everything above the message at that seq. An automatic job says
+    why it was queued: ``reason`` (a word) and ``detail`` (a sentence), kept in its plan.
     """
     focus = focus.strip()
     if len(focus) > 2_000:
@@ -326,7 +358,7 @@ def request_compaction(
                 focus=focus,
                 summarizer=summarizer,
                 policy=policy.model_dump(mode="json"),
-                plan={**state.as_dict(), "keep_from": keep_from},
+                plan={**state.as_dict(), "keep_from": keep_from, **_why(reason, detail)},
                 actor=actor if getattr(actor, "is_authenticated", False) else None,
             )
     except IntegrityError:
@@ -340,6 +372,10 @@ def request_compaction(
     events.send_on_commit(events.job_progressed, job=job, stage="queued", data={})
     events.send_on_commit(events.job_ready, job=job, countdown=0)
     return JobRequest(job, created=True)
+
+
+def _why(reason: str, detail: str) -> dict[str, str]:
+    return {"reason": reason, "detail": detail} if reason else {}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,12 @@ def compaction_outcome(result: Mapping[str, Any]) -> str:
 
 
 @register.filter
+def job_words(job: figures.Job) -> str:
+    """What became of a compaction job, in one sentence (``sessions.figures``)."""
+    return figures.job_words(job)
+
+
+@register.filter
 def pct(value: float) -> str:
     """A percentage (``sessions.figures.percent``): ``8.3 %``, ``<0.1 %`` for a sliver."""
     return figures.percent(float(value or 0))

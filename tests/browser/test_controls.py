@@ -74,7 +74,8 @@ def test_preview_then_apply_shows_progress_and_the_result(
     # The job's events arrive over the socket: the last one says what it did.
     progress = page.locator("#job-progress")
     expect(progress).to_have_attribute("data-stage", "done", timeout=60_000)
-    expect(progress).to_contain_text("Compacted: next request")
+    expect(progress).to_contain_text("Compacted: the model gets a summary")
+    expect(progress).to_contain_text("; next request ")
     record = page.get_by_test_id("compaction")
     expect(record).to_have_count(1)
     expect(record).to_contain_text(f"{summarised} originals")

@@ -40,10 +40,22 @@ def session(alice: Any) -> Any:
 
 
 def sent_figures(text: str) -> tuple[int, int]:
-    found = re.search(r"next request ([\d,]+) → ([\d,]+) tokens", text)
+    """The next request's tokens now (or before) and after, as a compaction's sentence says
+    them (``next request 20,263 → at most 22,100 tokens``)."""
+    found = re.search(r"next request ([\d,]+) → (?:at most )?([\d,]+) tokens", text)
     assert found is not None, text
     before, after = (int(g.replace(",", "")) for g in found.groups())
     return before, after
+
+
+def low_water(text: str) -> int:
+    """The low-water mark a compaction's sentence names (the "after" figure when it is the
+    mark itself)."""
+    found = re.search(r"(?:below|above) the low-water mark of ([\d,]+)", text)
+    if found is None:
+        assert "which is the low-water mark" in text, text
+        return sent_figures(text)[1]
+    return int(found.group(1).replace(",", ""))
 
 
 def test_a_compaction_states_the_next_request_now_and_after(
@@ -53,21 +65,33 @@ def test_a_compaction_states_the_next_request_now_and_after(
     now = figure(page, "governed-total")
     page.get_by_text("/compact", exact=True).click()
     page.get_by_test_id("compact-preview").click()
-    expect(page.get_by_test_id("preview")).to_contain_text("Next request:")
-    assert figure(page, "preview-sent-now") == now
-    at_most = figure(page, "preview-sent-after")
+    said = page.get_by_test_id("preview-sentence")
+    expect(said).to_contain_text("The model gets a summary of")
+    promised = said.inner_text()
+    before, at_most = sent_figures(promised)
+    assert before == now
     assert at_most < now
-    expect(page.get_by_test_id("preview-grows")).to_have_count(0)
+    mark = low_water(promised)
+    limits = services.session_limits(session, services.governed_context(session))
+    fixed = now - services.governed_context(session).report.history_tokens_after
+    # The low-water mark it names is the x-ray's, with what every request carries besides
+    # the history.
+    assert mark == limits.low_water + fixed
+    expect(page.get_by_test_id("preview-refused")).to_have_count(0)
     shot(page, "compact-preview-sent")
 
     page.get_by_test_id("compact-apply").click()
     progress = page.locator("#job-progress")
     expect(progress).to_have_attribute("data-stage", "done", timeout=60_000)
-    before, after = sent_figures(progress.inner_text())
-    assert (before, after <= at_most) == (now, True)
+    result = progress.inner_text()
+    assert result.strip().startswith("Compacted: the model gets a summary of")
+    before, after = sent_figures(result)
+    assert (before, after <= at_most, low_water(result)) == (now, True, mark)
     record = page.get_by_test_id("compaction")
     expect(record).to_have_count(1)
-    expect(record.get_by_test_id("compaction-sent")).to_contain_text(f"{now:,} → {after:,}")
+    expect(record.get_by_test_id("compaction-sent")).to_contain_text(
+        result.strip().removeprefix("Compacted: the ").rstrip(".")
+    )
     stored = Compaction.objects.get(session=session)
     expect(page.get_by_test_id(f"fact-score-{stored.pk}")).to_contain_text("held")
     # The x-ray shows the request the compaction leaves: the one the result announced.
@@ -78,11 +102,17 @@ def test_a_compaction_states_the_next_request_now_and_after(
 def test_a_compaction_that_would_be_refused_is_flagged_in_the_preview(
     page: Page, live_url: str, session: Any
 ) -> None:
-    early = session.messages.order_by("seq").values_list("seq", flat=True)[8]
-    log_in(page, live_url, f"{session.get_absolute_url()}?at={early}")
-    page.get_by_test_id(f"compact-above-{early}").click()
-    expect(page.get_by_test_id("preview")).to_contain_text("Next request:")
-    expect(page.get_by_test_id("preview-grows")).to_contain_text("will be refused")
+    # Keeping the five newest turns verbatim leaves a summary no room in the next request.
+    recent = session.messages.order_by("-seq").values_list("seq", flat=True)[19]
+    log_in(page, live_url, f"{session.get_absolute_url()}?at={recent}")
+    page.get_by_test_id(f"compact-above-{recent}").click()
+    refused = page.get_by_test_id("preview-refused")
+    expect(refused).to_contain_text("It will be refused: what the compaction keeps")
+    # The request has grown past the low-water mark since the Governor's last action: what
+    # it carries now is the limit.
+    now = figure(page, "governed-total")
+    expect(refused).to_contain_text(f"for a summary below the {now:,} it carries now")
+    expect(page.get_by_test_id("compact-apply")).to_have_count(0)
     shot(page, "compact-preview-refused")
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 from compact_builders import failing_summarizer, generated_session, scripted_summarizer
 from engine_builders import MODEL
-from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, ToolCallPart
+from pydantic_ai.messages import ModelMessage, SystemPromptPart, ToolCallPart
 
 from ctxhub.governance import Policy, govern
 from ctxhub.governance.compact import Compacted, compact

@@ -48,16 +48,26 @@ def test_preview_and_result_state_the_next_request_now_and_after(alice: Any) -> 
     assert "each following request saves $" in compaction_outcome(result)
 
 
-def test_a_compaction_that_would_not_shrink_the_next_request_is_flagged(alice: Any) -> None:
+def test_a_compaction_whose_kept_messages_leave_no_room_is_refused_as_previewed(
+    alice: Any,
+) -> None:
+    # Keeping the five newest turns verbatim: they alone take more than the request carries
+    # now, and more than the low-water mark.
     session = agentic_session(alice, turns=40)
-    early = session.messages.order_by("seq").values_list("seq", flat=True)[8]
-    preview = services.preview_compaction(session, keep_from=early)
+    recent = session.messages.order_by("-seq").values_list("seq", flat=True)[19]
+    preview = services.preview_compaction(session, keep_from=recent)
     assert not preview.nothing_to_compact
     assert not preview.shrinks
     assert preview.refused
-    job = services.request_compaction(session, keep_from=early).job
+    assert preview.refusal is not None
+    assert preview.message == preview.refusal
+    assert preview.refusal.startswith("refused: what the compaction keeps")
+    assert preview.refusal.endswith(f"below the low-water mark of {preview.low_water:,}")
+    job = services.request_compaction(session, keep_from=recent).job
     job.refresh_from_db()
-    assert "growth guard" in job.error
+    assert (job.status, job.outcome) == ("done", "refused")
+    # The job says what the preview said, figure for figure.
+    assert job.error == preview.refusal
     assert not Compaction.objects.filter(session=session).exists()
 
 

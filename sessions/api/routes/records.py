@@ -20,9 +20,11 @@ from sessions.api.schemas import (
     CompactionIn,
     EvictedOut,
     JobOut,
+    PreviewOut,
     RecallOut,
     RecordOut,
 )
+from sessions.figures import job_words
 from sessions.models import ApiKey, Clear, Compaction, CompactionJob
 
 router = Router()
@@ -37,6 +39,7 @@ def _job_out(job: CompactionJob) -> dict[str, Any]:
         "focus": job.focus,
         "outcome": job.outcome,
         "error": job.error,
+        "message": job_words(job),
         "progress": job.progress,
         "result": job.result,
         "created_at": job.created_at,
@@ -46,32 +49,38 @@ def _job_out(job: CompactionJob) -> dict[str, Any]:
 
 @router.post(
     "/sessions/{session_id}/compactions",
-    response={200: dict[str, Any], 202: JobOut, **ERRORS},
+    response={200: PreviewOut, 202: JobOut, **ERRORS},
     tags=["compactions"],
 )
-def compact(request: HttpRequest, session_id: UUID, body: CompactionIn) -> Status[dict[str, Any]]:
-    """A dry run (the preview: what would be summarised and kept) or a compaction job (202);
-    a second while one runs is a 409 naming it."""
+def compact(
+    request: HttpRequest, session_id: UUID, body: CompactionIn
+) -> Status[dict[str, Any]] | Status[PreviewOut]:
+    """A dry run (the preview: what would be summarised and kept, and what the next request
+    would carry) or a compaction job (202); a second while one runs is a 409 naming it."""
     session = owned_session(request, session_id, "govern")
     if body.dry_run:
         preview = services.preview_compaction(session, focus=body.focus, keep_from=body.keep_from)
         return Status(
             200,
-            {
-                "fingerprint": preview.fingerprint,
-                "nothing_to_compact": preview.nothing_to_compact,
-                "summarized_seqs": preview.summarized_seqs,
-                "kept_seqs": preview.kept_seqs,
-                "kept_user_seqs": preview.kept_user_seqs,
-                "sent_now": preview.sent_now,
-                "sent_after_max": preview.sent_after_max,
-                "window_tokens": preview.window_tokens,
-                "shrinks": preview.shrinks,
-                "refused": preview.refused,
-                "tokens_before": preview.tokens_before,
-                "tokens_after_estimate": preview.tokens_after_estimate,
-                "summarizer": preview.summarizer,
-            },
+            PreviewOut(
+                fingerprint=preview.fingerprint,
+                nothing_to_compact=preview.nothing_to_compact,
+                message=preview.message,
+                summarized_seqs=preview.summarized_seqs,
+                kept_seqs=preview.kept_seqs,
+                kept_user_seqs=preview.kept_user_seqs,
+                messages=preview.messages,
+                unseen=preview.unseen,
+                sent_now=preview.sent_now,
+                sent_after_max=preview.sent_after_max,
+                low_water=preview.low_water,
+                window_tokens=preview.window_tokens,
+                shrinks=preview.shrinks,
+                refused=preview.refused,
+                tokens_before=preview.tokens_before,
+                tokens_after_estimate=preview.tokens_after_estimate,
+                summarizer=preview.summarizer,
+            ),
         )
     requested = services.request_compaction(
         session,

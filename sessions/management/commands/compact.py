@@ -30,14 +30,12 @@ class Command(BaseCommand):
             raise CommandError(f"no session {session}")
         if preview:
             plan = services.preview_compaction(found, focus=focus)
-            if plan.nothing_to_compact:
-                self.stdout.write("Nothing to compact: the window keeps every message.")
-                return
-            self.stdout.write(
-                f"Would summarise {len(plan.summarized_seqs)} messages "
-                f"(#{plan.first_seq}..#{plan.last_seq}), keep {len(plan.kept_seqs)}; "
-                f"{plan.tokens_before} tokens -> about {plan.tokens_after_estimate}."
-            )
+            if not plan.nothing_to_compact:
+                self.stdout.write(
+                    f"Would summarise {len(plan.summarized_seqs)} messages "
+                    f"(#{plan.first_seq}..#{plan.last_seq}) and keep {len(plan.kept_seqs)}."
+                )
+            self.stdout.write(f"{plan.message[0].upper()}{plan.message[1:]}.")
             return
         try:
             request = services.request_compaction(found, focus=focus)

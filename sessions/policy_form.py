@@ -114,6 +114,10 @@ LABELS: dict[str, Label] = {
     "hysteresis.min_reclaim_tokens": Label("Skip actions that free fewer than", "tokens"),
     "compaction.auto": Label("Compact in the background"),
     "compaction.soft_threshold": Label("Start compacting at", "of the history budget"),
+    "compaction.hidden_messages": Label("Or once the window leaves out, unsummarised,", "messages"),
+    "compaction.masked_share": Label("Or once masking hides", "of the unsummarised results"),
+    "compaction.cache_ttl_seconds": Label("The provider keeps its prompt cache for", "seconds"),
+    "compaction.min_interval_seconds": Label("At most one such compaction every", "seconds"),
     "awareness.recall": Label("Give the model a tool to search what it no longer sees"),
     "awareness.recall_tool_name": Label("Name of that tool"),
     "awareness.budget_note": Label("Tell the model its budget and the next action"),
@@ -172,7 +176,9 @@ HEADINGS: dict[str, Heading] = {
     ),
     "compaction": Heading(
         "Background compaction",
-        "The stored session summarised before governance has to drop anything.",
+        "The stored session summarised before governance has to drop anything, and once the "
+        "model stops seeing a stretch of messages no summary covers: then when the Governor "
+        "acts anyway, or the provider's cache has gone cold, so the rewrite costs nothing more.",
     ),
     "awareness": Heading(
         "What the model is told",

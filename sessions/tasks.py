@@ -81,10 +81,12 @@ def settle_after_append(
     auto_compact: bool,
     **kwargs: Any,
 ) -> None:
-    # The whole log is an upper bound of what the model sees: below the soft threshold, no
-    # compaction can be due, and the check costs nothing more.
+    # The whole log is an upper bound of what the model sees: a log below the soft threshold
+    # and too short for a stretch the window could leave out calls for no compaction, and the
+    # check costs nothing more.
     settle_later(
-        session, auto_compact=auto_compact and totals.tokens >= services.soft_threshold(session)
+        session,
+        auto_compact=auto_compact and services.may_be_due(session, totals.tokens, totals.messages),
     )
 
 

@@ -354,10 +354,16 @@ class Hysteresis(_Model):
 
 
 class CompactionPolicy(_Model):
-    """When a hub summarises a stored session unasked, so the next request is already small."""
+    """When a hub summarises a stored session unasked: before the next request must drop
+    anything (the soft threshold), and once the window has left out or masked a stretch of
+    messages no summary covers, so the model reads a summary of them rather than a gap."""
 
     auto: bool = Field(
-        default=True, description="Compact in the background past the soft threshold."
+        default=True,
+        description=(
+            "Compact in the background: past the soft threshold, and when the model stops "
+            "seeing a stretch of messages no summary covers."
+        ),
     )
     soft_threshold: float = Field(
         default=0.8,
@@ -367,6 +373,37 @@ class CompactionPolicy(_Model):
             "Share of the history budget the history may reach before a background "
             "compaction starts; below 100 % so it runs before governance must drop."
         ),
+    )
+    hidden_messages: int = Field(
+        default=20,
+        ge=1,
+        le=LARGEST,
+        description=(
+            "Compact once the next request leaves out this many messages no summary covers "
+            "(the window dropped them)."
+        ),
+    )
+    masked_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description=("Or once it masks this share of the tool results no summary covers."),
+    )
+    cache_ttl_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=LARGEST,
+        description=(
+            "How long the provider keeps a prompt cache (Anthropic's and OpenAI's default: 5 "
+            "minutes). A compaction for what the window hid waits until the Governor acts "
+            "anyway or the cache has gone cold, so rewriting the request costs nothing more."
+        ),
+    )
+    min_interval_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=LARGEST,
+        description="At most one compaction for what the window hid in this many seconds.",
     )
 
 

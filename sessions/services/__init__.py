@@ -4,7 +4,12 @@ Views, consumers, tasks, commands and the API call these functions; they never c
 build messages or write records themselves.
 """
 
-from sessions.services.auto_compaction import auto_compact, resume_auto_compaction, soft_threshold
+from sessions.services.auto_compaction import (
+    auto_compact,
+    may_be_due,
+    resume_auto_compaction,
+    soft_threshold,
+)
 from sessions.services.compaction import (
     CompactionPreview,
     JobRequest,
@@ -72,6 +77,7 @@ __all__ = [
     "governed_context",
     "history_figures",
     "limits_for",
+    "may_be_due",
     "message_page",
     "open_sent_request",
     "pin",

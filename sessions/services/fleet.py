@@ -245,7 +245,9 @@ def _statuses(ids: list[Any]) -> dict[Any, tuple[str, str]]:
         if job.created_at != newest.get(job.session_id):
             continue
         if job.status in ACTIVE_JOB_STATUSES:
-            found[job.session_id] = ("compacting", f"compaction {job.status}")
+            why = job.plan.get("detail") if job.trigger == "auto" else None
+            said = f"compaction {job.status}" + (f" (automatic: {why})" if why else "")
+            found[job.session_id] = ("compacting", said)
         elif job.status == JobStatus.FAILED:
             found[job.session_id] = ("failed", job.error or "the last compaction failed")
     return found

@@ -119,6 +119,7 @@ def test_fractions_are_shown_as_percentages(client: Client, alice: object, small
         "hysteresis.high_water",
         "hysteresis.low_water",
         "compaction.soft_threshold",
+        "compaction.masked_share",
     }
 
 

@@ -31,6 +31,19 @@ OUTCOME_WORDS = {
 }
 
 
+ACTED_WORDS = {
+    "high_water": "at the high-water mark",
+    "over_budget": "over the budget",
+    "trigger": "a window trigger",
+    "always": "a rule the policy applies to every request",
+}
+
+
+def acted_words(acted: str) -> str:
+    """Why the Governor changed what it had sent, as a reader says it."""
+    return ACTED_WORDS.get(acted, acted.replace("_", " "))
+
+
 def outcome_words(outcome: str) -> str:
     """A compaction's outcome as a reader says it (``nothing_to_compact``: nothing to compact)."""
     return OUTCOME_WORDS.get(outcome, outcome.replace("_", " "))

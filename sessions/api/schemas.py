@@ -328,7 +328,8 @@ class GovernOut(ContextOut):
     acted: str | None = Field(
         description=(
             "Why this request changes messages the previous one sent (start, edited, "
-            "high_water, over_budget, trigger); null when it only appends."
+            "high_water, over_budget, trigger, or always: a rule the policy applies to every "
+            "request, masking.apply always or dedupe.keys); null when it only appends."
         )
     )
 

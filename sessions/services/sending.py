@@ -23,9 +23,10 @@ from django.db import IntegrityError, transaction
 from ctxhub.governance import ContextReport, Governed
 from sessions.models import AgentSession, SentRequest, SessionGovernor
 
-GOVERNOR_ACTIONS = ("high_water", "over_budget", "trigger")
+GOVERNOR_ACTIONS = ("high_water", "over_budget", "trigger", "always")
 """Why a request changed what the ones before it sent, other than a new start (its first, or
-after an edit: those are the records' own changes)."""
+after an edit: those are the records' own changes): the Governor's actions, and a rule the
+policy applies to every request (masking always, keyed reads) reaching an output sent before."""
 
 
 @dataclass(frozen=True, slots=True)

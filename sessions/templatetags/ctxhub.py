@@ -46,6 +46,12 @@ def pct(value: float) -> str:
 
 
 @register.filter
+def acted_words(acted: str) -> str:
+    """Why the Governor changed what it had sent (``sessions.figures``)."""
+    return figures.acted_words(acted or "")
+
+
+@register.filter
 def outcome_words(outcome: str) -> str:
     """A compaction's outcome in words (``sessions.figures``)."""
     return figures.outcome_words(outcome or "")

@@ -60,3 +60,23 @@ def test_a_request_whose_records_changed_since_says_so(client: Client, alice: An
     client.force_login(alice)
     page = client.get(f"/sessions/{session.pk}/requests/1/").content.decode()
     assert 'data-testid="not-as-sent"' in page
+
+
+def test_a_request_a_rule_applied_always_changed_says_so(client: Client, alice: Any) -> None:
+    # Masking always, keeping the last result: each new result masks the one before, already
+    # sent — the user's choice over the prompt cache, shown as such.
+    policy = {**POLICY, "context_window": 64_000, "masking": {"apply": "always", "keep_last": 1}}
+    session = make_session(alice, policy=policy)
+    history = agent_turns(6, 1, words(300, "out"), "Find the leak")
+    for end in range(1, len(history) + 1):
+        services.append_messages(session, [history[end - 1]])
+        if end % 2:
+            services.send_context(session)
+    always = SentRequest.objects.filter(session=session, acted="always").first()
+    assert always is not None
+    assert "results masked" in always.action
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/requests/{always.number}/").content.decode()
+    assert "the Governor acted (a rule the policy applies to every request)" in page
+    records = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert "a rule the policy applies to every request" in records

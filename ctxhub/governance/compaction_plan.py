@@ -383,9 +383,9 @@ def plan_compaction(
         hidden,
         head_cut,
     )
-    # The user's own words take at most a quarter of the room: the summary's facts, which
-    # hold theirs too, need the rest when a long stretch is summarised.
-    return plan.with_users_for(plan.room - plan.room // 4, user_messages_tokens, tokenizer)
+    # The user's own words and the summary (its facts included) share the room: a fact the
+    # user stated reads best in their sentence, a bare ledger line says less.
+    return plan.with_users_for(plan.room // 2, user_messages_tokens, tokenizer)
 
 
 def _hiding(governed: Governed) -> bool:

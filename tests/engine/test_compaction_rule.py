@@ -185,7 +185,9 @@ async def test_a_merged_summary_that_collapses_is_refused_and_the_earlier_one_st
 
 
 async def test_ten_chained_compactions_keep_every_fact_an_earlier_one_kept() -> None:
-    full = generated_session(1_300, seed=3)
+    # Each user request names five facts: 60 messages between compactions bring some 70, and
+    # the ten summaries' facts (about 800) fit the room a 64k window leaves.
+    full = generated_session(1_000, seed=3)
     history, position = full[:200], 200
     facts: dict[str, object] = {}
     for _ in range(10):
@@ -194,8 +196,8 @@ async def test_ten_chained_compactions_keep_every_fact_an_earlier_one_kept() -> 
         assert report.outcome == "summarized", report.error
         assert report.ledger_omitted == 0
         facts.update({item.text: item for item in report.ledger})
-        history = [*compacted.messages, *full[position : position + 100]]
-        position += 100
+        history = [*compacted.messages, *full[position : position + 60]]
+        position += 60
     summary = compacted.summary
     assert summary is not None
     assert all(contains(summary, item) for item in facts.values())  # type: ignore[arg-type]

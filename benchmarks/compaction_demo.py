@@ -45,6 +45,10 @@ async def main() -> None:
     print(f"summariser         {report.summarizer}; chat model {report.model}")
     print(f"outcome            {report.outcome}" + (f" ({report.error})" if report.error else ""))
     print(f"tokens             {report.tokens_before:,} -> {report.tokens_after:,}")
+    print(
+        f"next request       {report.sent_before:,} -> {report.sent_after:,} (at most "
+        f"{report.sent_after_max:,}; low-water mark {report.low_water:,})"
+    )
     print(f"messages           {report.messages_before} -> {report.messages_after}")
     print(
         f"summarised         {len(report.summarized_indices)} messages in {report.chunks} "
@@ -55,7 +59,12 @@ async def main() -> None:
     )
     print(
         f"ledger items       {ledger}: kept by the summariser {len(report.kept_by_summarizer)}, "
-        f"added by the ledger {len(report.added_by_ledger)}"
+        f"added by the ledger {len(report.added_by_ledger)}, left out for room "
+        f"{report.ledger_omitted}"
+    )
+    print(
+        f"unseen before      {report.hidden_messages} of the {report.summarized_messages} "
+        "messages summarised were not sent in full"
     )
     print(f"time               {took:.2f} s")
 

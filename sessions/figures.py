@@ -103,7 +103,7 @@ def compaction_change(
 def compaction_outcome(result: Mapping[str, Any]) -> str:
     """A finished compaction job's result in words: what the model gets and the next request
     first, the effective history as detail; empty when the job wrote nothing."""
-    if "tokens_before" not in result:
+    if "tokens_after" not in result:
         return ""
     history = f"effective history {result['tokens_before']:,} → {result['tokens_after']:,}"
     if "sent_before" not in result:  # a job finished before the next request was measured
@@ -131,10 +131,35 @@ def compaction_outcome(result: Mapping[str, Any]) -> str:
     return said
 
 
-NOTHING_TO_COMPACT = (
-    "nothing to compact: every message before the recent ones a compaction keeps is "
-    "summarised already, or stays as the head, a pin or the system prompt"
-)
+NOTHING_TO_COMPACT = "nothing to compact: no message is left that no summary covers"
+
+
+def nothing_to_compact(kept: Mapping[str, int], summarised: int) -> str:
+    """Why there is nothing to compact, with what stays: ``nothing to compact: a compaction
+    keeps the 9 recent messages, the head (10 messages) and 1 pinned message; a summary stands
+    for the 120 others``."""
+    if not kept:
+        return NOTHING_TO_COMPACT
+    said = [
+        f"the {_messages(kept['tail'], 'recent ')}" if kept.get("tail") else "",
+        f"the head ({_messages(kept['head'])})" if kept.get("head") else "",
+        _messages(kept.get("pinned", 0), "pinned ") if kept.get("pinned") else "",
+        f"{_messages(kept['sticky'])} the window always keeps" if kept.get("sticky") else "",
+    ]
+    kept_words = _listed([part for part in said if part])
+    others = (
+        f"a summary stands for the {summarised:,} others" if summarised else "there is no other"
+    )
+    return f"nothing to compact: a compaction keeps {kept_words}; {others}"
+
+
+def _messages(number: int, kind: str = "") -> str:
+    """``3 messages``, ``1 pinned message``."""
+    return f"{number:,} {kind}message{'' if number == 1 else 's'}"
+
+
+def _listed(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
 class Job(Protocol):
@@ -153,7 +178,8 @@ def job_words(job: Job) -> str:
         if said:
             return f"compacted: {said}"
         if job.outcome == "nothing_to_compact":
-            return NOTHING_TO_COMPACT
+            result = job.result or {}
+            return nothing_to_compact(result.get("kept") or {}, result.get("summarised", 0))
         return job.error or f"not compacted: {outcome_words(job.outcome)}"
     if job.status == "failed":
         return f"failed: {job.error}"

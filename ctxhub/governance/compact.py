@@ -117,6 +117,10 @@ class CompactionReport(BaseModel):
     head_cut: bool = False
     """Whether the head was cut to its first request to make room, its first run's work
     summarised with the rest."""
+    kept: dict[str, int] = {}
+    """How many messages it keeps as they are, by zone (``CompactionPlan.kept``)."""
+    covered_before: int = 0
+    """Messages earlier summaries stood for."""
     messages_before: int
     messages_after: int
     summarized_indices: list[int]
@@ -332,6 +336,8 @@ class _Reporting:
             "sent_limit": self.plan.limit,
             "hidden_messages": self.plan.unseen,
             "head_cut": self.plan.head_cut,
+            "kept": self.plan.kept,
+            "covered_before": self.plan.covered_before,
             "messages_before": len(self.messages),
             "summarized_indices": [],
             "summarized_messages": 0,

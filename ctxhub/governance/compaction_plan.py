@@ -206,18 +206,32 @@ class CompactionPlan:
         return [(index, message) for index, message in self.middle if index not in carried]
 
     @property
+    def covered_before(self) -> int:
+        """Messages earlier summaries stood for."""
+        return sum(messages_represented(text) for text in self.stripped.summaries)
+
+    @property
     def represented(self) -> int:
         """Messages the summary stands for: the new ones, and those earlier summaries stood
         for."""
-        earlier = sum(messages_represented(text) for text in self.stripped.summaries)
-        return earlier + sum(notice_omitted(m) or 1 for _, m in self.new)
+        return self.covered_before + sum(notice_omitted(m) or 1 for _, m in self.new)
 
     @property
     def unseen(self) -> int:
         """Of those, the messages the next request does not carry in full now: the hidden
         ones, and those earlier summaries stood for."""
-        earlier = sum(messages_represented(text) for text in self.stripped.summaries)
-        return earlier + self.hidden
+        return self.covered_before + self.hidden
+
+    @property
+    def kept(self) -> dict[str, int]:
+        """How many messages of the history it keeps as they are, by zone: ``head``,
+        ``pinned``, ``tail`` (the recent ones) and ``sticky`` (what the window always keeps
+        between them: system prompts, a protected tool's latest call, aborted turns)."""
+        zones = {"head": 0, "pinned": 0, "tail": 0, "sticky": 0}
+        for message in self.partition.report.messages:
+            if message.index is not None and message.kept:
+                zones["sticky" if message.zone == "middle" else message.zone] += 1
+        return zones
 
     @property
     def room(self) -> int:
@@ -323,8 +337,10 @@ def plan_compaction(
     sent_before = now.tokens_after + tool_tokens if sent_now is None else sent_now
     fixed = now.system_tokens + tool_tokens
     low_water = int(now.budget_tokens * policy.hysteresis.low_water) + fixed
-    hiding = _hiding(now)
-    target = low_water if hiding else min(low_water, sent_before)
+    # What is kept is sized against the low-water mark, not against what the request carries
+    # now: the same history plans the same keep, so compacting again right after finds
+    # nothing new, however small the compaction made the request.
+    target = low_water
 
     def partition_keeping(keep: Threshold, head: Threshold | None = None) -> tuple[Governed, int]:
         """What the window forced on keeps, and the tokens it would send, the notice
@@ -386,11 +402,6 @@ def plan_compaction(
     # The user's own words and the summary (its facts included) share the room: a fact the
     # user stated reads best in their sentence, a bare ledger line says less.
     return plan.with_users_for(plan.room // 2, user_messages_tokens, tokenizer)
-
-
-def _hiding(governed: Governed) -> bool:
-    """Whether a governed request leaves out or cuts any message of its history."""
-    return any(_hides(report) for report in governed.report.messages if report.index is not None)
 
 
 def _hides(report: MessageReport) -> bool:

@@ -288,7 +288,13 @@ def _run(job: CompactionJob, heartbeat: Heartbeat) -> str:
         heartbeat.flush()
         if report.outcome in ("nothing_to_compact", "refused"):
             with transaction.atomic():
-                job.result = {"tokens_before": report.tokens_before}
+                # What stays, for the sentence saying why nothing was written.
+                job.result = {
+                    "tokens_before": report.tokens_before,
+                    "kept": report.kept,
+                    "summarised": report.covered_before,
+                }
+                job.save(update_fields=["result"])
                 _finish(job, JobStatus.DONE, outcome=report.outcome, error=report.error or "")
             return report.outcome
         heartbeat.flush()
@@ -469,7 +475,7 @@ def _result(
     return {
         "compaction": record.pk,
         "messages": report.summarized_messages,
-        "unseen": report.hidden_messages,
+        "unseen": min(report.hidden_messages, report.summarized_messages),
         "sent_before": report.sent_before,
         "sent_after": report.sent_after,
         "sent_after_max": report.sent_after_max,

@@ -28,7 +28,7 @@ from ctxhub.governance.policy import Threshold
 from ctxhub.governance.summaries import SUMMARY_PREFIX
 from ctxhub.governance.tokens import Tokenizer, tokenizer_for
 from sessions import events
-from sessions.figures import NOTHING_TO_COMPACT, compaction_change
+from sessions.figures import compaction_change, nothing_to_compact
 from sessions.history import EffectiveHistory, effective_history, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
@@ -128,7 +128,8 @@ class CompactionPreview:
     """Summarised user messages whose words stay verbatim beside the summary."""
     previous_summaries: int
     messages: int
-    """Messages the summary will stand for (counting those earlier summaries stood for)."""
+    """Messages the summary will stand for (counting those earlier summaries stood for, and
+    the user messages kept verbatim beside it), as its first line will say."""
     unseen: int
     """Of those, the ones the next request does not carry in full now."""
     tokens_before: int
@@ -147,6 +148,10 @@ class CompactionPreview:
     refusal: str | None
     """Why the job will refuse it (what it keeps leaves a summary no room), or None."""
     window_tokens: int
+    kept: dict[str, int]
+    """Messages it keeps as they are, by zone (head, pinned, tail, sticky)."""
+    covered_before: int
+    """Messages earlier summaries stand for."""
 
     @property
     def nothing_to_compact(self) -> bool:
@@ -175,11 +180,17 @@ class CompactionPreview:
         )
 
     @property
+    def kept_as_they_are(self) -> int:
+        """Messages of the effective history that stay and are not summarised (the user
+        messages kept verbatim beside the summary are among those it summarises)."""
+        return len(set(self.kept_seqs) - set(self.kept_user_seqs))
+
+    @property
     def message(self) -> str:
         """The preview in one sentence: what the model would get, why it would be refused, or
         that there is nothing to compact."""
         if self.nothing_to_compact:
-            return NOTHING_TO_COMPACT
+            return nothing_to_compact(self.kept, self.covered_before)
         return self.refusal or self.sentence
 
     @property
@@ -259,6 +270,7 @@ def preview_compaction(
         return CompactionPreview(
             key, focus, summarizer, state, keep_from, None, None, [], all_seqs, [], 0, 0, 0,
             history.tokens, history.tokens, 0, sent_now, sent_now, plan.low_water, None, window,
+            plan.kept, plan.covered_before,
         )  # fmt: skip
     stand_in = ModelRequest(
         parts=[UserPromptPart(SUMMARY_PREFIX.format(count=plan.represented))],
@@ -285,7 +297,7 @@ def preview_compaction(
         ),
         previous_summaries=len(plan.stripped.summaries),
         messages=plan.represented,
-        unseen=plan.unseen,
+        unseen=min(plan.unseen, plan.represented),
         tokens_before=history.tokens,
         tokens_kept=tokens_kept,
         summary_tokens_max=plan.summary_room,
@@ -294,6 +306,8 @@ def preview_compaction(
         low_water=plan.low_water,
         refusal=no_room(plan) if plan.summary_room < MIN_SUMMARY_TOKENS else None,
         window_tokens=window,
+        kept=plan.kept,
+        covered_before=plan.covered_before,
     )
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from sessions import services
 from sessions.chat import commands, turns
-from sessions.models import AuditEvent, Clear, Compaction, Pin
+from sessions.figures import job_words
+from sessions.models import AuditEvent, Clear, Compaction, CompactionJob, Pin
 from sessions.services import Conflict, Invalid, NotFound
 from sessions.xray import xray
 from tests.factories import make_session
@@ -38,6 +39,22 @@ def test_compact_summarises_now_with_the_focus_and_records_it(session: Any, alic
     after = services.governed_context(session).report
     assert after.tokens_before < before
     assert AuditEvent.objects.filter(session=session, actor=alice).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_compact_says_what_the_model_gets_as_the_job_and_its_record_do(
+    session: Any, alice: Any
+) -> None:
+    note = commands.run(session, alice, "/compact")
+    job = CompactionJob.objects.get(session=session)
+    said = job_words(job)
+    assert said.startswith("compacted: the model gets a summary ")
+    assert note.text == f"C{said[1:]}."
+    assert f"; next request {job.result['sent_before']:,} → {job.result['sent_after']:,} " in said
+    # At once again: nothing new before the kept tail, and the note says what stays.
+    again = commands.run(session, alice, "/compact")
+    assert again.text.startswith("Nothing to compact: a compaction keeps the ")
+    assert again.text.endswith(f"; a summary stands for the {job.result['messages']:,} others.")
 
 
 def test_compact_and_clear_wait_for_a_running_turn(session: Any, alice: Any) -> None:

@@ -53,7 +53,8 @@ def test_it_previews_then_compacts_exactly_the_previewed_messages(
     client.force_login(alice)
     preview = services.preview_compaction(session)
     page = _preview(client, session)
-    assert f'data-testid="preview-summarised">{len(preview.summarized_seqs)}<' in page
+    assert f'data-testid="preview-summarised">{preview.messages:,}<' in page
+    assert f'data-testid="preview-replaced">{len(preview.summarized_seqs):,}<' in page
     response = client.post(
         f"/sessions/{session.pk}/compact/", {"expected": _fingerprint(page), "focus": ""}
     )

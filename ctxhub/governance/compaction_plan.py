@@ -253,10 +253,6 @@ class CompactionPlan:
             return self.sent_before
         return self.kept_tokens + self.users_tokens + self.summary_room
 
-    def summary_tokens_for(self, requested: int) -> int:
-        """The longest summary to ask for: ``requested``, or its room when that is less."""
-        return min(requested, self.summary_room)
-
     def with_users_for(self, summary_tokens: int, cap: int, tokenizer: Tokenizer) -> Self:
         """This plan keeping what user messages fit beside a summary of ``summary_tokens``
         (at most ``cap`` tokens of them)."""
@@ -337,10 +333,6 @@ def plan_compaction(
     sent_before = now.tokens_after + tool_tokens if sent_now is None else sent_now
     fixed = now.system_tokens + tool_tokens
     low_water = int(now.budget_tokens * policy.hysteresis.low_water) + fixed
-    # What is kept is sized against the low-water mark, not against what the request carries
-    # now: the same history plans the same keep, so compacting again right after finds
-    # nothing new, however small the compaction made the request.
-    target = low_water
 
     def partition_keeping(keep: Threshold, head: Threshold | None = None) -> tuple[Governed, int]:
         """What the window forced on keeps, and the tokens it would send, the notice
@@ -357,22 +349,24 @@ def plan_compaction(
         partition, kept = partition_keeping(Threshold(kind="tokens", value=1))
     else:
         earlier = sum(tokenizer.count(text) for text in stripped.summaries)
-        share = min(max(DEFAULT_SUMMARY_TOKENS, earlier), target // 2)
+        share = min(max(DEFAULT_SUMMARY_TOKENS, earlier), low_water // 2)
+        # What is kept is sized against the low-water mark, not against what the request
+        # carries now: the same history plans the same keep, so compacting again right after
+        # finds nothing new, however small the last compaction made the request.
+        most = low_water - share
         chosen = keep or policy.window.keep or DEFAULT_KEEP
 
         def partition_within(head: Threshold | None = None) -> tuple[Governed, int]:
             """The partition, with fewer recent messages where they leave the summary less
             than its share (unless the caller said how many)."""
             partition, kept = partition_keeping(chosen, head)
-            if keep is None and _drops(partition) and kept > target - share:
-                partition, kept = partition_keeping(
-                    _smaller_keep(partition, kept - (target - share)), head
-                )
+            if keep is None and _drops(partition) and kept > most:
+                partition, kept = partition_keeping(_smaller_keep(partition, kept - most), head)
             return partition, kept
 
         partition, kept = partition_within()
         first = _first_request(history)
-        if kept > target - share and first is not None and _head_size(partition) > first + 1:
+        if kept > most and first is not None and _head_size(partition) > first + 1:
             # The head alone leaves the summary no room: its first request stays (the task),
             # the work of its first run is summarised with the middle.
             head_cut = True
@@ -404,13 +398,13 @@ def plan_compaction(
     return plan.with_users_for(plan.room // 2, user_messages_tokens, tokenizer)
 
 
-def _hides(report: MessageReport) -> bool:
-    return not report.kept or any(p.action in HIDING for p in report.parts)
-
-
 HIDING = frozenset({"masked", "truncated", "evicted"})
 """What a request does to a part that keeps the model from reading it in full (a deduplicated
 output is read in full where its newest copy is)."""
+
+
+def _hides(report: MessageReport) -> bool:
+    return not report.kept or any(p.action in HIDING for p in report.parts)
 
 
 def _hidden_count(governed: Governed, middle: list[tuple[int, ModelMessage]]) -> int:

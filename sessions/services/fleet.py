@@ -18,6 +18,7 @@ from django.db.models import Count, Max, Q, Sum
 from django.db.models.functions import Coalesce
 
 from sessions import events, snapshots
+from sessions.figures import job_words
 from sessions.history import effective_tokens, is_remembered, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
@@ -66,6 +67,8 @@ class FleetRow:
     status: str
     """compacting, flagged (automatic compaction paused), failed (the last job), or ""."""
     status_detail: str
+    last_compaction: str = ""
+    """What the latest compaction job did, in the words every page uses ("" for none)."""
 
     @property
     def percent(self) -> float:
@@ -175,14 +178,14 @@ def _row(
     cost: SessionCost,
     pins: list[int],
     snapshot: dict[str, Any] | None,
-    status: tuple[str, str] | None,
+    status: tuple[str, str, str] | None,
     deadline: float,
 ) -> FleetRow:
     policy = session_policy(session)
     version = session.governor_version
     governed, current, budget = governed_figures(session, pins, version, snapshot, deadline)
     limits = limits_for(policy, session_window(session), budget)
-    state, detail = status or ("", "")
+    state, detail, last = status or ("", "", "")
     if session.auto_compaction_paused and not state:
         state, detail = "flagged", session.auto_compaction_paused
     return FleetRow(
@@ -196,6 +199,7 @@ def _row(
         auto=policy.compaction.auto and not session.auto_compaction_paused,
         status=state,
         status_detail=detail,
+        last_compaction=last,
     )
 
 
@@ -232,9 +236,10 @@ def session_figures(session: AgentSession, deadline: float) -> tuple[int | None,
     return governed_figures(session, pinned_seqs(session), version, found, deadline)
 
 
-def _statuses(ids: list[Any]) -> dict[Any, tuple[str, str]]:
-    """Each session's job status: one compacting now, or its latest job failed."""
-    found: dict[Any, tuple[str, str]] = {}
+def _statuses(ids: list[Any]) -> dict[Any, tuple[str, str, str]]:
+    """Each session's job status (one compacting now, or its latest job failed) and what its
+    latest job did, in words."""
+    found: dict[Any, tuple[str, str, str]] = {}
     latest = (
         CompactionJob.objects.filter(session__in=ids)
         .values("session_id")
@@ -244,12 +249,15 @@ def _statuses(ids: list[Any]) -> dict[Any, tuple[str, str]]:
     for job in CompactionJob.objects.filter(session__in=ids, created_at__in=newest.values()):
         if job.created_at != newest.get(job.session_id):
             continue
+        said = job_words(job)
         if job.status in ACTIVE_JOB_STATUSES:
             why = job.plan.get("detail") if job.trigger == "auto" else None
-            said = f"compaction {job.status}" + (f" (automatic: {why})" if why else "")
-            found[job.session_id] = ("compacting", said)
+            doing = f"compaction {job.status}" + (f" (automatic: {why})" if why else "")
+            found[job.session_id] = ("compacting", doing, said)
         elif job.status == JobStatus.FAILED:
-            found[job.session_id] = ("failed", job.error or "the last compaction failed")
+            found[job.session_id] = ("failed", job.error or "the last compaction failed", said)
+        else:
+            found[job.session_id] = ("", "", said)
     return found
 
 

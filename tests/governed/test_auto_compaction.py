@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ctxhub.governance import is_summary
 from sessions import services
+from sessions.figures import job_words
 from sessions.history import effective_tokens
 from sessions.models import AgentSession, Compaction, CompactionJob, JobStatus, SentRequest
 from sessions.services.auto_compaction import hidden
@@ -64,6 +65,10 @@ def test_a_stretch_the_window_leaves_out_is_compacted_once_the_cache_is_cold(ali
     assert sum(1 for m in context.messages if is_summary(m)) == 1
     assert hidden(context).dropped < 20
     assert record.summarized_seqs
+    # The fleet says what it did, in the words of its record.
+    (row,) = fleet(alice)
+    assert row.last_compaction == job_words(job)
+    assert row.last_compaction.startswith("compacted: the model gets a summary of ")
 
 
 def test_a_warm_cache_waits_until_the_governor_acts(alice: Any) -> None:

@@ -1,27 +1,39 @@
-"""The Python client against a real server process (the web server on the test database), and an
-external agent on the offline demo model keeping its history in the hub through
-``RemoteGovernor`` while a browser watches its session."""
+"""The Python client against a real server process (the web server on the test database, a real
+worker for its jobs), an external agent on the offline demo model keeping its history in the
+hub through ``RemoteGovernor`` while a browser watches its session, and a compaction previewed,
+run and undone through the API."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
-from ctxhub.client import AsyncHub, Hub, HubError, RemoteGovernor
+from ctxhub.client import AsyncHub, Hub, HubError, Job, RemoteGovernor
 from ctxhub.client.calls import wait
+from ctxhub.governance import is_summary
 from ctxhub.governance.offline import demo_model, demo_toolset
 from sessions.api.keys import create_key
+from sessions.figures import compaction_outcome
 from sessions.models import Message
 from tests.conftest import ARTIFACTS
+from tests.engine.compact_builders import generated_session
 from tests.messages import agent_turns, reply, user
-from tests.processes import asgi_server
+from tests.processes import asgi_server, celery_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,7 +42,10 @@ ALL = ["read", "write", "govern"]
 
 @pytest.fixture(scope="module")
 def server(django_db_setup: None) -> Iterator[str]:
-    with asgi_server(ARTIFACTS / "logs" / "web-api.log") as url:
+    with (
+        asgi_server(ARTIFACTS / "logs" / "web-api.log") as url,
+        celery_worker(ARTIFACTS / "logs" / "worker-api.log"),  # the compaction jobs
+    ):
         yield url
 
 
@@ -239,3 +254,71 @@ async def test_an_external_agents_tools_reach_the_hub_when_they_change(
         patches = [path for method, path in transport.seen if method == "PATCH"]
         assert len(patches) == 2
         assert [t.name for t in (await hub.session(session.id)).tools] == ["read_file", "recall"]
+
+
+# --- compaction ------------------------------------------------------------------------------
+
+
+def finished(hub: Hub, job: Job) -> Job:
+    deadline = time.monotonic() + 120
+    while job.active and time.monotonic() < deadline:
+        time.sleep(0.2)
+        job = hub.job(job.id)
+    assert not job.active, job
+    return job
+
+
+def test_a_600_message_session_at_64k_compacts_and_undo_gives_its_context_back(
+    server: str, key: str
+) -> None:
+    history = generated_session(600)
+    with Hub(server, key) as hub:
+        session = hub.create_session(
+            "Six hundred messages",
+            model="openai:gpt-4o",
+            policy={"context_window": 64_000, "compaction": {"auto": False}},
+        )
+        for start in range(0, len(history), 200):
+            hub.append(session.id, history[start : start + 200])
+        before = hub.context(session.id)
+        sent_now = before.report.tokens_after + before.report.tool_definition_tokens
+        # The window drops or cuts a third of the log: a compaction gives the model a summary
+        # of it.
+        preview = hub.preview_compaction(session.id)
+        assert not preview.nothing_to_compact
+        assert not preview.refused
+        assert preview.sent_now == sent_now
+        assert preview.unseen > 150
+        assert preview.message.startswith(
+            f"the model gets a summary of {preview.messages:,} messages, "
+            f"{preview.unseen:,} of which it no longer saw in full; next request "
+            f"{sent_now:,} → at most {preview.sent_after_max:,} tokens"
+        )
+
+        job = finished(hub, hub.compact(session.id, expected=preview.fingerprint))
+        assert (job.status, job.outcome) == ("done", "summarized"), job.error
+        result = job.result
+        after = hub.context(session.id)
+        assert result["sent_before"] == sent_now
+        assert result["sent_after"] == (
+            after.report.tokens_after + after.report.tool_definition_tokens
+        )
+        # The preview's promise holds, ledger included.
+        assert result["sent_after"] <= preview.sent_after_max
+        assert result["sent_after"] <= max(result["low_water"], sent_now)
+        assert job.message == f"compacted: {compaction_outcome(result)}"
+        assert job.message.startswith(
+            f"compacted: the model gets a summary of {result['messages']:,} messages"
+        )
+        assert sum(1 for m in after.messages if is_summary(m)) == 1
+
+        # Compacting again finds nothing new before the kept tail.
+        again = hub.preview_compaction(session.id)
+        assert again.nothing_to_compact
+        assert again.message.startswith("nothing to compact")
+
+        hub.undo_compaction(result["compaction"])
+        restored = hub.context(session.id)
+    dump = ModelMessagesTypeAdapter.dump_json
+    assert dump(restored.messages) == dump(before.messages)
+    assert restored.report.tokens_after == before.report.tokens_after

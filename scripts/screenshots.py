@@ -64,7 +64,7 @@ def main(base: str) -> None:
         open_session(page, base, UNDER_THRESHOLD)
         page.get_by_text("/compact", exact=True).click()
         page.get_by_test_id("compact-preview").click()
-        expect(page.get_by_test_id("preview")).to_contain_text("Next request:")
+        expect(page.get_by_test_id("preview-sentence")).to_contain_text("The model gets a summary")
         page.get_by_test_id("compact-control").screenshot(path=OUT / "compact-preview.png")
 
         page.get_by_test_id("policy-control").locator("summary").click()

@@ -205,6 +205,7 @@ async def compact(
         user_messages_tokens=user_messages_tokens,
         tool_tokens=tool_tokens,
         sent_now=sent_now,
+        summary_tokens=summary_tokens,
     )
     reporting = _Reporting(form, model_name(summarizer), model, focus, messages, plan, started)
     if not plan.new:

@@ -17,11 +17,14 @@ from pydantic_ai.messages import (
 from .facts import message_facts
 from .governed import Governed
 from .governor import govern
+from .ledger import Ledger, extract_ledger, facts_section
 from .policy import DEFAULT_NOTICE, MIN_TRUNCATION_TOKENS, Policy, Threshold
+from .recall import mention
 from .report import MessageReport
 from .steps.truncate import truncate_text
 from .steps.window import notice_omitted
 from .summaries import (
+    SUMMARY_PREFIX,
     Stripped,
     is_summary_part,
     messages_represented,
@@ -193,9 +196,14 @@ class CompactionPlan:
     hidden: int
     """Messages of the middle the next request does not carry in full now (dropped by the
     window, or with an output masked, cut or evicted): what the summary gives back."""
+    ledger: Ledger
+    """The facts of what is summarised (earlier summaries included), for the summary to keep."""
     head_cut: bool = False
     """Whether the head was cut to the first request to make room (its first run's work is
     summarised with the middle)."""
+    summary_need: int = 0
+    """The most the summary can take, whatever its room: its frame, the draft asked for and
+    every fact of the ledger."""
     users_tokens: int = 0
     """Tokens of the user messages kept verbatim."""
 
@@ -242,8 +250,9 @@ class CompactionPlan:
     @property
     def summary_room(self) -> int:
         """The most tokens the summary may take, ledger included: what the aim leaves beside
-        what is kept and the user messages kept verbatim."""
-        return max(0, self.room - self.users_tokens)
+        what is kept and the user messages kept verbatim, or what it can take at most when
+        that is less."""
+        return max(0, min(self.room - self.users_tokens, self.summary_need))
 
     @property
     def sent_after_max(self) -> int:
@@ -298,6 +307,7 @@ def plan_compaction(
     user_messages_tokens: int = DEFAULT_USER_MESSAGES_TOKENS,
     tool_tokens: int = 0,
     sent_now: int | None = None,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
 ) -> CompactionPlan:
     """The messages ``compact`` with the same arguments would summarise, without summarising:
     a preview, and the first half of ``compact`` itself.
@@ -316,7 +326,9 @@ def plan_compaction(
     they leave, and the plan's figures count them (what a request carries is its messages and
     its tools). ``sent_now`` is what the next request carries now, where the caller's own
     Governor sends something else than a fresh one would (a session governed request after
-    request); by default, what a fresh Governor sends.
+    request); by default, what a fresh Governor sends. ``summary_tokens`` is the longest draft
+    the summariser will be asked for: with the ledger's facts, what the summary can take at
+    most, so the plan promises no more than that.
     """
     policy = policy or Policy()
     tokenizer = tokenizer_for(model)
@@ -379,23 +391,48 @@ def plan_compaction(
     aim = min(low_water, limit)
     if kept + MIN_SUMMARY_TOKENS > aim:
         aim = limit
+    ledger = middle_ledger(stripped, middle)
     plan = CompactionPlan(
-        stripped,
-        history,
-        partition,
-        middle,
-        [],
-        aim,
-        sent_before,
-        kept,
-        low_water,
-        limit,
-        hidden,
-        head_cut,
+        stripped=stripped,
+        history=history,
+        partition=partition,
+        middle=middle,
+        users=[],
+        aim=aim,
+        sent_before=sent_before,
+        kept_tokens=kept,
+        low_water=low_water,
+        limit=limit,
+        hidden=hidden,
+        ledger=ledger,
+        head_cut=head_cut,
     )
-    # The user's own words and the summary (its facts included) share the room: a fact the
-    # user stated reads best in their sentence, a bare ledger line says less.
-    return plan.with_users_for(plan.room // 2, user_messages_tokens, tokenizer)
+    hint = mention(policy.awareness.recall_tool_name) if policy.awareness.recall else None
+    need = summary_frame(plan.represented, hint, tokenizer) + summary_tokens
+    need += tokenizer.count(facts_section(ledger.items)) if ledger.items else 0
+    plan = replace(plan, summary_need=need)
+    # The user's own words and the summary (its facts included) share the room, the summary
+    # taking no more than it needs: a fact the user stated reads best in their sentence, a
+    # bare ledger line says less.
+    return plan.with_users_for(min(plan.room // 2, need), user_messages_tokens, tokenizer)
+
+
+def middle_ledger(stripped: Stripped, middle: list[tuple[int, ModelMessage]]) -> Ledger:
+    """The facts of the earlier summaries and of the middle, each with its input index."""
+    earlier = [ModelRequest(parts=[UserPromptPart(text)]) for text in stripped.summaries]
+    return extract_ledger(
+        [*earlier, *(m for _, m in middle)],
+        indices=[*stripped.summary_indices[: len(earlier)], *(i for i, _ in middle)],
+    )
+
+
+def summary_frame(represented: int, hint: str | None, tokenizer: Tokenizer) -> int:
+    """Tokens of a summary message without its draft and facts: its first line, the hint
+    and the message's own."""
+    text = SUMMARY_PREFIX.format(count=represented)
+    if hint:
+        text = f"{text}\n\n{hint}"
+    return message_facts(ModelRequest(parts=[UserPromptPart(text)]), tokenizer).tokens
 
 
 HIDING = frozenset({"masked", "truncated", "evicted"})

@@ -12,10 +12,10 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage
 
-from .compaction_plan import CompactionPlan, Form, stamp
+from .compaction_plan import CompactionPlan, Form, stamp, summary_frame
 from .draft import fit_draft, render_draft
 from .facts import message_facts
-from .ledger import Ledger, Reconciled, extract_ledger, facts_section, ranked, reconcile
+from .ledger import Ledger, Reconciled, facts_section, ranked, reconcile
 from .summaries import COMPACT_PREFIX, MARKER, SUMMARY_PREFIX
 from .summarise import ChunkCallback, render_message, request_worked_on, summarize
 from .tokens import Tokenizer, tokenizer_for
@@ -90,20 +90,14 @@ async def write_summary(
     stripped, middle = plan.stripped, plan.middle
     tokenizer = tokenizer_for(model)
     represented = plan.represented
-    summaries_as_messages = [
-        ModelRequest(parts=[UserPromptPart(text)]) for text in stripped.summaries
-    ]
-    ledger = extract_ledger(
-        [*summaries_as_messages, *(m for _, m in middle)],
-        indices=[*stripped.summary_indices[: len(summaries_as_messages)], *(i for i, _ in middle)],
-    )
+    ledger = plan.ledger
     # What stays beside the summary states some facts still (the score counts them).
     summarised = {id(m) for _, m in middle}
     staying = [m for m in plan.partition.messages if id(m) not in summarised]
     kept = "\n".join(
         text for m in [*staying, *(m for _, m in plan.users)] if (text := render_message(m))
     )
-    items = [render_message(m) for m in summaries_as_messages]
+    items = [render_message(ModelRequest(parts=[UserPromptPart(t)])) for t in stripped.summaries]
     items += request_worked_on(messages, middle, tokenizer)
     items += [text for _, m in middle if (text := render_message(m))]
     body = _Body(plan.summary_room, tokenizer, hint, ledger)
@@ -169,8 +163,7 @@ class _Body:
     def draft_room(self, represented: int) -> int:
         """Tokens the draft may take: the room less the frame and what the ledger's facts
         take, but at least half of what the frame leaves."""
-        frame = self._tokens(self._joined(SUMMARY_PREFIX.format(count=represented), ""))
-        left = max(self.room - frame, 0)
+        left = max(self.room - summary_frame(represented, self.hint, self.tokenizer), 0)
         facts = self.tokenizer.count(facts_section(self.ledger.items)) if self.ledger.items else 0
         return max(left - min(facts, left // 2), 0)
 

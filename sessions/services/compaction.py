@@ -281,6 +281,9 @@ def preview_compaction(
     shown = [history.seq_at(p) for p in range(len(history))]
     replaced = set(replacement.summarized_seqs)
     kept_seqs = [s for s in shown if s is not None and s not in replaced]
+    kept_user_seqs = sorted(
+        s for p in plan.kept_user_indices if (s := history.seq_at(p)) is not None
+    )
     tokens_kept = sum(message_facts(m, tokenizer).tokens for m in output if m is not stand_in)
     return CompactionPreview(
         fingerprint=key,
@@ -292,9 +295,7 @@ def preview_compaction(
         last_seq=replacement.last_seq,
         summarized_seqs=replacement.summarized_seqs,
         kept_seqs=kept_seqs,
-        kept_user_seqs=sorted(
-            s for p in plan.kept_user_indices if (s := history.seq_at(p)) is not None
-        ),
+        kept_user_seqs=kept_user_seqs,
         previous_summaries=len(plan.stripped.summaries),
         messages=plan.represented,
         unseen=min(plan.unseen, plan.represented),

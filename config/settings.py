@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     # Serves the API's interactive docs from its bundled files: no CDN.
     "ninja",
     "sessions.apps.AgentSessionsConfig",
+    "gateway.apps.GatewayConfig",
 ]
 
 MIDDLEWARE = [
@@ -250,6 +251,16 @@ CTXHUB_SOCKET_HEARTBEAT_SECONDS = env_int("CTXHUB_SOCKET_HEARTBEAT_SECONDS", 20,
 # The offline demo model streams a word every this many milliseconds (its tools take ten
 # times as long), so its answers can be watched and stopped like a real model's.
 CTXHUB_DEMO_PACE_MS = env_int("CTXHUB_DEMO_PACE_MS", 30)
+
+# The gateway (/gateway/anthropic, /gateway/openai/v1): where it forwards each wire format's
+# requests, the provider's base URL, or "offline" for the offline demo model, which needs no
+# key. The mode a new gateway session gets unless its client asks for another (the
+# X-Ctxhub-Mode header): "govern" forwards the session Governor's request, "observe" the
+# client's own. An upstream silent for the timeout is answered 504.
+CTXHUB_GATEWAY_ANTHROPIC_URL = env_str("CTXHUB_GATEWAY_ANTHROPIC_URL") or "offline"
+CTXHUB_GATEWAY_OPENAI_URL = env_str("CTXHUB_GATEWAY_OPENAI_URL") or "offline"
+CTXHUB_GATEWAY_MODE = env_str("CTXHUB_GATEWAY_MODE") or "govern"
+CTXHUB_GATEWAY_TIMEOUT_SECONDS = env_int("CTXHUB_GATEWAY_TIMEOUT_SECONDS", 600, minimum=1)
 
 # OpenTelemetry tracing (docs/telemetry.md): off unless an OTLP/HTTP endpoint is set, with the
 # standard variables. Then every process (web, worker, manage.py) exports its spans there, in

@@ -24,5 +24,6 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
     path("api/v1/", api_urls()),
+    path("gateway/", include("gateway.urls")),
     path("", include("sessions.urls")),
 ]

@@ -99,6 +99,7 @@ class MessageSource(models.TextChoices):
     API = "api", "REST API"
     CHAT = "chat", "dashboard chat"
     DEMO = "demo", "demo data"
+    GATEWAY = "gateway", "gateway"
 
 
 class MessageQuerySet(models.QuerySet["Message"]):

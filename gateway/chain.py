@@ -1,0 +1,65 @@
+"""The hash chain that threads a client's requests into sessions.
+
+Clients resend their whole conversation with every request. Each message gets a chain hash,
+``h_i = H(h_{i-1}, canonical(message_i))``, rooted in the wire format; a request continues the
+session whose newest message's hash is one of its own (the stored session is a prefix of the
+request), and only the messages after it are new.
+
+The canonical form is what a message means, not how a client happened to write it: keys
+sorted, ``null`` members and ``cache_control`` markers dropped (clients move their cache
+breakpoints from request to request), and a string content read as the one text block it
+stands for. A response the gateway stored as the upstream streamed it and the same response
+as the client's SDK sends it back then hash alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+_VOLATILE = frozenset({"cache_control"})
+
+
+def _meaning(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {
+            key: _meaning(item)
+            for key, item in value.items()
+            if item is not None and key not in _VOLATILE and item != []
+        }
+        content = kept.get("content")
+        if isinstance(content, str) and "role" in kept:
+            kept["content"] = [{"type": "text", "text": content}]
+        return kept
+    if isinstance(value, list):
+        return [_meaning(item) for item in value]
+    return value
+
+
+def canonical(value: Any) -> str:
+    """A message's canonical text: equal for two writings of the same message."""
+    return json.dumps(_meaning(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def root(wire: str) -> str:
+    """The hash a chain of the wire format starts from."""
+    return hashlib.sha256(f"ctxhub-gateway:{wire}".encode()).hexdigest()
+
+
+def link(previous: str, value: Any) -> str:
+    """The chain hash of a message after the one hashed ``previous``."""
+    digest = hashlib.sha256(previous.encode())
+    digest.update(canonical(value).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def hashes(wire: str, values: Iterable[Any]) -> list[str]:
+    """The chain hash of each message of a request, in order."""
+    chain: list[str] = []
+    previous = root(wire)
+    for value in values:
+        previous = link(previous, value)
+        chain.append(previous)
+    return chain

@@ -1,0 +1,226 @@
+"""One request through the gateway, from the client's body to the upstream's last byte.
+
+1. The caller is authenticated and the body read (a refusal in the provider's shape, nothing
+   stored, when either is wrong).
+2. The request is threaded into its session and its new messages stored (``threads``).
+3. The upstream gets the client's body (observe) or the session Governor's request (govern).
+4. The answer is relayed as it arrives, byte for byte, while a reader beside it assembles the
+   response; once it is complete, it is stored after the request and the exchange recorded.
+
+Storage never stands between an agent and its model in observe mode: when the database is away,
+the request is forwarded all the same and nothing is recorded; the client's next request carries
+the whole conversation again, so the session catches up then (only the lost exchange's usage
+figures are missing). In govern mode a request that cannot be governed is forwarded as the
+client sent it, and says so in the ``X-Ctxhub-Governed`` header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.utils import timezone
+
+from gateway import threads
+from gateway.access import AUTH_HEADERS, Caller, caller
+from gateway.errors import Refused, refusal
+from gateway.formats import Format
+from gateway.governing import governed_body
+from gateway.models import Exchange, Mode
+from gateway.threads import Thread
+from gateway.upstream import Answer, UpstreamTimeout, UpstreamUnreachable, call, forwarded
+from gateway.wire import BodyError, StoredResponse, WireRequest
+from gateway.wire.sse import EventReader
+
+log = logging.getLogger(__name__)
+
+MODE_HEADER = "x-ctxhub-mode"
+SESSION_HEADER = "x-ctxhub-session"
+
+_pending: set[asyncio.Task[Any]] = set()
+"""Records being written after their stream ended: held so they are not collected midway."""
+
+
+def _later(work: Coroutine[Any, Any, Any]) -> None:
+    task = asyncio.ensure_future(work)
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
+
+
+def _headers(request: HttpRequest) -> dict[str, str]:
+    return {name.lower(): value for name, value in request.headers.items()}
+
+
+def _mode(headers: dict[str, str]) -> str | None:
+    asked = headers.get(MODE_HEADER, "").strip().lower()
+    if asked and asked not in Mode.values:
+        raise Refused(400, "must be observe or govern", field="X-Ctxhub-Mode")
+    return asked or None
+
+
+@dataclass
+class Outcome:
+    """How an exchange ended, as it is recorded."""
+
+    thread: Thread | None
+    governed: bool
+    stream: bool
+    status: int | None = None
+    response: StoredResponse | None = None
+    complete: bool = False
+    error: str = ""
+
+
+async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
+    headers = _headers(request)
+    try:
+        asked_mode = _mode(headers)
+        who: Caller = await sync_to_async(caller)(headers, needs_provider_key=not fmt.is_offline)
+        parsed: WireRequest = fmt.wire.parse(request.body)
+    except Refused as refused:
+        return refusal(fmt.provider, refused)
+    except BodyError as error:
+        return refusal(fmt.provider, Refused(400, error.message, field=error.field or None))
+    thread, upstream_body, governed = await _prepare(who, parsed, fmt, headers, asked_mode)
+    outcome = Outcome(thread, governed, parsed.stream)
+    try:
+        answer = await _call(fmt, parsed, upstream_body, headers, who)
+    except UpstreamTimeout as exc:
+        outcome.error = f"the upstream did not answer in time ({exc})"
+        await _record(outcome)
+        return refusal(fmt.provider, Refused(504, outcome.error))
+    except UpstreamUnreachable as exc:
+        outcome.error = f"the upstream could not be reached ({exc})"
+        await _record(outcome)
+        return refusal(fmt.provider, Refused(502, outcome.error))
+    outcome.status = answer.status
+    extra = {"X-Ctxhub-Governed": "yes" if governed else "no"}
+    if thread is not None:
+        extra["X-Ctxhub-Session"] = str(thread.session.pk)
+    streamed = answer.status < 400 and "text/event-stream" in (answer.header("content-type") or "")
+    if streamed:
+        relayed = StreamingHttpResponse(_relay(answer, fmt, outcome), status=answer.status)
+        _copy_headers(relayed, answer, extra)
+        return relayed
+    try:
+        body = b"".join([chunk async for chunk in answer.chunks])
+    except (UpstreamTimeout, UpstreamUnreachable) as exc:
+        outcome.error = f"the upstream's answer broke off ({exc})"
+        await _record(outcome)
+        return refusal(fmt.provider, Refused(502, outcome.error))
+    text = body.decode("utf-8", "replace")
+    if answer.status < 400:
+        outcome.response, outcome.complete = fmt.wire.response(text), True
+    else:
+        outcome.error = text[:2000]
+    await _record(outcome)
+    whole = HttpResponse(body, status=answer.status)
+    _copy_headers(whole, answer, extra)
+    return whole
+
+
+async def _prepare(
+    who: Caller, parsed: WireRequest, fmt: Format, headers: dict[str, str], asked_mode: str | None
+) -> tuple[Thread | None, bytes, bool]:
+    """The request's session (None when storage is away), the body the upstream gets, and
+    whether it is the Governor's."""
+    try:
+        thread = await sync_to_async(threads.thread)(
+            who.key.owner_id,
+            parsed,
+            provider=fmt.provider,
+            named=headers.get(SESSION_HEADER, "").strip()[:200] or None,
+            mode=asked_mode or settings.CTXHUB_GATEWAY_MODE,
+        )
+    except DatabaseError as exc:
+        log.warning("gateway: request forwarded unrecorded, storage is away: %s", exc)
+        return None, parsed.text.encode(), False
+    mode = asked_mode or thread.gateway.mode
+    if mode != Mode.GOVERN:
+        return thread, parsed.text.encode(), False
+    try:
+        body = await sync_to_async(governed_body)(thread.session, parsed, fmt.wire)
+    except DatabaseError as exc:
+        log.warning(
+            "gateway: session %s forwarded ungoverned, storage is away: %s", thread.session.pk, exc
+        )
+        return thread, parsed.text.encode(), False
+    return thread, body, True
+
+
+async def _call(
+    fmt: Format, parsed: WireRequest, body: bytes, headers: dict[str, str], who: Caller
+) -> Answer:
+    if fmt.is_offline:
+        return fmt.offline(parsed)
+    sent = {**forwarded(headers, drop=AUTH_HEADERS), **who.provider_headers}
+    return await call(fmt.base_url + fmt.path, body, sent)
+
+
+def _copy_headers(response: HttpResponseBase, answer: Answer, extra: dict[str, str]) -> None:
+    for name, value in answer.headers:
+        response[name] = value
+    for name, value in extra.items():
+        response[name] = value
+
+
+async def _relay(answer: Answer, fmt: Format, outcome: Outcome) -> AsyncIterator[bytes]:
+    """The upstream's bytes, as they come; the response assembled beside them is stored once
+    the stream ends. A client that goes away closes the upstream call; what the model had
+    answered by then is kept on the exchange, not in the log (the client never saw it whole,
+    and its next request will not carry it)."""
+    reader = EventReader()
+    assembler = fmt.wire.StreamAssembler()
+    try:
+        async for chunk in answer.chunks:
+            for event in reader.feed(chunk):
+                assembler.feed(event)
+            yield chunk
+        outcome.complete = True
+    except (UpstreamTimeout, UpstreamUnreachable) as exc:
+        outcome.error = f"the upstream's stream broke off ({exc})"
+    finally:
+        await answer.close()
+        if not outcome.complete and not outcome.error:
+            outcome.error = "the client went away mid-stream"
+        outcome.response = assembler.result()
+        _later(_record(outcome))
+
+
+async def _record(outcome: Outcome) -> None:
+    if outcome.thread is None:
+        return
+    try:
+        await sync_to_async(_write)(outcome)
+    except DatabaseError as exc:
+        log.warning(
+            "gateway: exchange of session %s not recorded: %s", outcome.thread.session.pk, exc
+        )
+
+
+def _write(outcome: Outcome) -> None:
+    thread = outcome.thread
+    assert thread is not None
+    response = outcome.response
+    seq = None
+    if response is not None and outcome.complete:
+        seq = threads.store_response(thread, response)
+    Exchange.objects.create(
+        session=thread.session,
+        governed=outcome.governed,
+        stream=outcome.stream,
+        new_messages=thread.new,
+        status=outcome.status,
+        response_seq=seq,
+        error=outcome.error,
+        unfinished=response.raw if response is not None and not outcome.complete else "",
+        usage=response.extra.get("usage", {}) if response is not None else {},
+        finished_at=timezone.now(),
+    )

@@ -1,0 +1,87 @@
+"""What the gateway keeps beside a session: how its client's requests thread into it, and each
+message as the client wrote it."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from sessions.models import AgentSession
+
+
+class Mode(models.TextChoices):
+    OBSERVE = "observe", "observe: the upstream gets the client's request as sent"
+    GOVERN = "govern", "govern: the upstream gets the session Governor's request"
+
+
+class GatewaySession(models.Model):
+    """A session whose messages came through the gateway."""
+
+    session = models.OneToOneField(
+        AgentSession, on_delete=models.CASCADE, primary_key=True, related_name="gateway"
+    )
+    wire = models.CharField(max_length=24, help_text="The wire format its client speaks.")
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    client_session = models.CharField(
+        max_length=200,
+        blank=True,
+        db_index=True,
+        help_text="The client's own marker of its session (a header, Claude Code's user_id).",
+    )
+    parent = models.ForeignKey(
+        AgentSession,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="gateway_children",
+        help_text="The session of the same client session it branched from (a sub-agent's).",
+    )
+    tip = models.CharField(
+        max_length=64, db_index=True, help_text="The chain hash of its newest message."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.wire} session {self.session_id}"
+
+
+class RawMessage(models.Model):
+    """One message of a gateway session as its client wrote it (the stored truth; the log's
+    payload is pydantic-ai's view of it), with its chain hash. Text, not JSON: PostgreSQL's
+    jsonb would re-sort its keys."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="raw_messages")
+    seq = models.PositiveIntegerField()
+    raw = models.TextField()
+    chain = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="raw_message_seq_unique")
+        ]
+        indexes = [models.Index(fields=["session", "chain"], name="raw_message_chain")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} of {self.session_id}"
+
+
+class Exchange(models.Model):
+    """One request through the gateway and how it ended."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="exchanges")
+    governed = models.BooleanField(help_text="Whether the upstream got the Governor's request.")
+    stream = models.BooleanField()
+    new_messages = models.PositiveIntegerField(help_text="Messages the request added to the log.")
+    status = models.PositiveSmallIntegerField(
+        null=True, help_text="The upstream's HTTP status (null: no answer)."
+    )
+    response_seq = models.IntegerField(null=True, help_text="The seq of the response stored.")
+    error = models.TextField(blank=True)
+    unfinished = models.TextField(
+        blank=True,
+        help_text="What the model had answered when its stream was cut short (not in the log).",
+    )
+    usage = models.JSONField(default=dict, blank=True, help_text="The usage the upstream reported.")
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"exchange {self.pk} of {self.session_id}"

@@ -1,0 +1,154 @@
+"""Which session a request belongs to, and storing what it adds.
+
+A client resends its whole conversation each time; the session a request continues is the one
+whose newest message's chain hash is among the request's (``gateway.chain``): all it stored
+is a prefix of the request. The hashes are looked up newest first, a few at a time, so a
+request that adds one turn to a long session costs a query or two, not one per message. A
+session the client names (``X-Ctxhub-Session``, or its own marker such as Claude Code's
+``metadata.user_id``) wins among sessions that end alike. A request that continues none starts
+a session, linked to the newest one of the same client session: that is how a sub-agent (its
+own system prompt, the same client session) becomes a child of the conversation that started
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from gateway import chain
+from gateway.models import GatewaySession, RawMessage
+from gateway.wire import StoredResponse, WireMessage, WireRequest
+from sessions.models import AgentSession, MessageSource
+from sessions.services.log import append_messages
+from sessions.services.tools import set_tools
+
+LOOKUP_BATCHES = (4, 64)
+"""How many of a request's newest chain hashes are looked up at once before all of them: a
+client's next request adds a turn or two after the stored end."""
+
+TITLE_LENGTH = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """The session a request continues (or started). Its log is the client's conversation
+    message for message, so the request's message at position i is the log's #i."""
+
+    session: AgentSession
+    gateway: GatewaySession
+    new: int
+    """How many of the request's messages were new (stored by this request)."""
+    end: str
+    """The chain hash of the request's last message."""
+
+
+def thread(
+    owner: int, request: WireRequest, *, provider: str, named: str | None, mode: str
+) -> Thread:
+    """The session ``request`` continues, its new messages appended (with their raw text and
+    chain hashes), or a new session holding all of them."""
+    hashes = chain.hashes(request.wire, (message.value for message in request.messages))
+    marker = named or request.client_session or ""
+    with transaction.atomic():
+        found = _continued(owner, request.wire, hashes, marker)
+        if found is None:
+            gateway = _start(owner, request, provider=provider, marker=marker, mode=mode)
+            stored = 0
+        else:
+            gateway, stored = found
+        session = gateway.session
+        new = request.messages[stored:]
+        if new:
+            _store(session, new, hashes[stored:], request.tools)
+            gateway.tip = hashes[-1]
+            gateway.save(update_fields=["tip"])
+    return Thread(session, gateway, len(new), hashes[-1] if hashes else gateway.tip)
+
+
+def _continued(
+    owner: Any, wire: str, hashes: Sequence[str], marker: str
+) -> tuple[GatewaySession, int] | None:
+    """The session whose stored end is the request's longest prefix, and that prefix's
+    length; its row locked until the append commits, so two requests of one session take
+    turns."""
+    position = {value: index for index, value in enumerate(hashes)}
+    looked = 0
+    for batch in (*LOOKUP_BATCHES, len(hashes)):
+        candidates = list(reversed(hashes))[looked:batch]
+        looked = max(looked, batch)
+        if not candidates:
+            continue
+        found = list(
+            GatewaySession.objects.select_for_update()
+            .select_related("session")
+            .filter(session__owner_id=owner, wire=wire, tip__in=candidates)
+            .order_by("-session__updated_at")
+        )
+        if found:
+            best = max(found, key=lambda g: (position[g.tip], g.client_session == marker))
+            return best, position[best.tip] + 1
+    return None
+
+
+def _start(
+    owner: int, request: WireRequest, *, provider: str, marker: str, mode: str
+) -> GatewaySession:
+    parent = None
+    if marker:
+        parent = (
+            GatewaySession.objects.filter(session__owner_id=owner, client_session=marker)
+            .order_by("-session__created_at")
+            .values_list("session", flat=True)
+            .first()
+        )
+    title = " ".join(request.title.split())[:TITLE_LENGTH] or f"{request.model} via the gateway"
+    model = f"{provider}:{request.model}"
+    session = AgentSession.objects.create(owner_id=owner, title=title, model=model)
+    return GatewaySession.objects.create(
+        session=session,
+        wire=request.wire,
+        mode=mode,
+        client_session=marker,
+        parent_id=parent,
+        tip=chain.root(request.wire),
+    )
+
+
+def _store(
+    session: AgentSession,
+    messages: Sequence[WireMessage],
+    hashes: Sequence[str],
+    tools: list[dict[str, Any]],
+) -> None:
+    if tools:
+        set_tools(session, tools)
+    rows = append_messages(
+        session, [message.view for message in messages], source=MessageSource.GATEWAY
+    )
+    RawMessage.objects.bulk_create(
+        RawMessage(session=session, seq=row.seq, raw=message.raw, chain=value)
+        for row, message, value in zip(rows, messages, hashes, strict=True)
+    )
+
+
+def store_response(thread: Thread, response: StoredResponse) -> int | None:
+    """The response appended after the request it answered: its seq. The session's tip moves
+    to it, so the client's next request, which carries it, continues the session. None, and
+    nothing stored, when another request of the session came first (a client that sent two
+    at once): the log goes on from that one."""
+    with transaction.atomic():
+        gateway = GatewaySession.objects.select_for_update().get(pk=thread.gateway.pk)
+        if gateway.tip != thread.end:
+            return None
+        (row,) = append_messages(thread.session, [response.view], source=MessageSource.GATEWAY)
+        value = chain.link(gateway.tip, response.value)
+        RawMessage.objects.create(
+            session=thread.session, seq=row.seq, raw=response.raw, chain=value
+        )
+        gateway.tip = value
+        gateway.save(update_fields=["tip"])
+    return row.seq

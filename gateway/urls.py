@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from gateway import views
+
+app_name = "gateway"
+
+# The SDKs' base URLs: http://hub/gateway/anthropic and http://hub/gateway/openai/v1.
+urlpatterns = [
+    path("anthropic/v1/messages", views.anthropic_messages, name="anthropic_messages"),
+    path("openai/v1/chat/completions", views.openai_chat_completions, name="openai_chat"),
+]

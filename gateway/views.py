@@ -1,0 +1,27 @@
+"""The providers' endpoints on the hub. Each is a thin async view: the work is in
+``gateway.exchange``. They take no cookie and no CSRF token: a client authenticates with its
+API keys (``gateway.access``), as it does with the provider."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from gateway import exchange
+from gateway.formats import ANTHROPIC_MESSAGES, openai_chat
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+async def anthropic_messages(request: HttpRequest) -> HttpResponseBase:
+    return await exchange.handle(request, ANTHROPIC_MESSAGES)
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+async def openai_chat_completions(request: HttpRequest) -> HttpResponseBase:
+    return await exchange.handle(request, openai_chat())

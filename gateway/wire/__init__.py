@@ -1,0 +1,58 @@
+"""The providers' wire formats: one module each, all with the same face.
+
+A request body is read into ``WireRequest``: each message as the client wrote it (its exact
+JSON text, the stored truth) beside pydantic-ai's view of it (what governance plans on), with
+the tool definitions and the stream flag. A governed request is written back into the client's
+body by replacing only the messages' array, each message either as the client sent it or, where
+governance changed it, rewritten from its view. A response is read, whole or as its stream
+of server-sent events, into the message stored after the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelResponse
+
+from gateway.wire.spans import BodyError, Span
+
+__all__ = ["BodyError", "StoredResponse", "WireMessage", "WireRequest"]
+
+
+@dataclass(frozen=True, slots=True)
+class WireMessage:
+    """One message of a request: the client's JSON text, its parsed value, pydantic-ai's view."""
+
+    raw: str
+    value: Any
+    view: ModelMessage
+
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """A client's request body, read."""
+
+    wire: str
+    text: str
+    members: dict[str, Span]
+    messages: list[WireMessage]
+    tools: list[dict[str, Any]]
+    """The tool definitions as ``{"name", "description", "parameters"}``."""
+    model: str
+    stream: bool
+    client_session: str | None = None
+    """The client's own marker of its session (Claude Code's ``metadata.user_id``)."""
+    title: str = ""
+    """The first prompt's opening words, for a new session's title."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A response as it is stored: the message's JSON text as the client will send it back
+    (the provider's own fields), and pydantic-ai's view with the usage the provider reported."""
+
+    raw: str
+    value: Any
+    view: ModelResponse
+    extra: dict[str, Any] = field(default_factory=dict)

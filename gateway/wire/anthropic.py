@@ -1,0 +1,491 @@
+"""Anthropic's Messages API (``POST /v1/messages``), as Claude Code and the Anthropic SDK speak it.
+
+The system prompt is the request's ``system`` member, not a message; the session keeps it as
+its first message (a request of one system prompt part) so that it is counted, shown and
+pinned like any head, and the chain roots a sub-agent (another system prompt) elsewhere. It is
+always sent as the client wrote it.
+
+Every content block maps to one part, in order, so a changed part rewrites its own block and
+leaves its neighbours' JSON alone. Blocks pydantic-ai has no part for (server tool use, search
+results, blocks newer than this module) become text parts of their JSON for counting, and go
+upstream as the client sent them unless governance changed them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from pydantic_ai.messages import (
+    BinaryContent,
+    DocumentUrl,
+    FinishReason,
+    ImageUrl,
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ModelResponsePart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserContent,
+    UserPromptPart,
+)
+from pydantic_ai.usage import RequestUsage
+
+from gateway.wire import StoredResponse, WireMessage, WireRequest
+from gateway.wire.spans import (
+    BodyError,
+    Span,
+    array_spans,
+    object_spans,
+    read_body,
+    replace_items,
+)
+from gateway.wire.sse import Event
+
+WIRE = "anthropic"
+PROVIDER = "anthropic"
+SYSTEM = "system"
+"""The ``role`` of the system prompt's message in the session (not a role Anthropic knows)."""
+
+_FINISH: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
+
+
+def parse(body: bytes) -> WireRequest:
+    """A Messages request read: a BodyError names the first field that is wrong."""
+    text, members = read_body(body)
+    model = _string(members, "model")
+    messages_span = members.get("messages")
+    if messages_span is None:
+        raise BodyError("messages", "required")
+    spans = array_spans(messages_span, "messages")
+    messages: list[WireMessage] = []
+    names: dict[str, str] = {}
+    if "system" in members:
+        messages.append(_system(members["system"]))
+    for index, span in enumerate(spans):
+        field = f"messages[{index}]"
+        value = _checked_message(span.value, field)
+        messages.append(WireMessage(span.text, value, _view(value, names, field)))
+    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
+    metadata = members["metadata"].value if "metadata" in members else None
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    stream = members["stream"].value if "stream" in members else False
+    if not isinstance(stream, bool):
+        raise BodyError("stream", "must be true or false")
+    return WireRequest(
+        wire=WIRE,
+        text=text,
+        members=members,
+        messages=messages,
+        tools=tools,
+        model=model,
+        stream=stream,
+        client_session=user_id if isinstance(user_id, str) and user_id else None,
+        title=_first_prompt(messages),
+    )
+
+
+def _string(members: dict[str, Span], name: str) -> str:
+    span = members.get(name)
+    if span is None:
+        raise BodyError(name, "required")
+    if not isinstance(span.value, str) or not span.value:
+        raise BodyError(name, "must be a non-empty string")
+    return span.value
+
+
+def _list(members: dict[str, Span], name: str) -> list[Any]:
+    span = members.get(name)
+    if span is None or span.value is None:
+        return []
+    if not isinstance(span.value, list):
+        raise BodyError(name, "must be an array")
+    return span.value
+
+
+def _system(span: Span) -> WireMessage:
+    value = span.value
+    if isinstance(value, str):
+        content = value
+    elif isinstance(value, list) and all(
+        isinstance(block, dict) and isinstance(block.get("text"), str) for block in value
+    ):
+        content = "\n\n".join(block["text"] for block in value)
+    else:
+        raise BodyError("system", "must be a string or an array of text blocks")
+    wrapped = {"role": SYSTEM, "content": value}
+    raw = f'{{"role":"{SYSTEM}","content":{span.text}}}'
+    return WireMessage(raw, wrapped, ModelRequest(parts=[SystemPromptPart(content)]))
+
+
+def _checked_message(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BodyError(field, "must be an object")
+    if value.get("role") not in ("user", "assistant"):
+        raise BodyError(f"{field}.role", "must be user or assistant")
+    content = value.get("content")
+    if isinstance(content, str):
+        return value
+    if not isinstance(content, list):
+        raise BodyError(f"{field}.content", "must be a string or an array of blocks")
+    for i, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise BodyError(f"{field}.content[{i}]", "must be a block with a type")
+    return value
+
+
+def _tool(tool: Any, field: str) -> dict[str, Any]:
+    if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+        raise BodyError(f"{field}.name", "required, a string")
+    schema = tool.get("input_schema")
+    description = tool.get("description")
+    return {
+        "name": tool["name"],
+        "description": description if isinstance(description, str) else None,
+        # A server tool (web search, code execution) has a type and no schema.
+        "parameters": schema if isinstance(schema, dict) else {},
+    }
+
+
+def _blocks(value: dict[str, Any]) -> list[dict[str, Any]]:
+    content = value["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _view(value: dict[str, Any], names: dict[str, str], field: str) -> ModelMessage:
+    blocks = _blocks(value)
+    if value["role"] == "assistant":
+        parts = [_response_part(block, names) for block in blocks]
+        return ModelResponse(parts=parts, provider_name=PROVIDER)
+    return ModelRequest(
+        parts=[
+            _request_part(block, names, f"{field}.content[{i}]") for i, block in enumerate(blocks)
+        ]
+    )
+
+
+def _unknown(block: dict[str, Any]) -> str:
+    return json.dumps(block, ensure_ascii=False)
+
+
+def _response_part(block: dict[str, Any], names: dict[str, str]) -> ModelResponsePart:
+    kind = block["type"]
+    if kind == "text" and isinstance(block.get("text"), str):
+        return TextPart(block["text"])
+    if (
+        kind == "tool_use"
+        and isinstance(block.get("id"), str)
+        and isinstance(block.get("name"), str)
+    ):
+        names[block["id"]] = block["name"]
+        return ToolCallPart(block["name"], block.get("input") or {}, tool_call_id=block["id"])
+    if kind == "thinking" and isinstance(block.get("thinking"), str):
+        signature = block.get("signature")
+        return ThinkingPart(
+            block["thinking"],
+            signature=signature if isinstance(signature, str) else None,
+            provider_name=PROVIDER,
+        )
+    if kind == "redacted_thinking" and isinstance(block.get("data"), str):
+        return ThinkingPart(
+            "", id="redacted_thinking", signature=block["data"], provider_name=PROVIDER
+        )
+    return TextPart(_unknown(block))
+
+
+def _request_part(block: dict[str, Any], names: dict[str, str], field: str) -> ModelRequestPart:
+    kind = block["type"]
+    if kind == "text" and isinstance(block.get("text"), str):
+        return UserPromptPart(block["text"])
+    if kind == "tool_result":
+        call_id = block.get("tool_use_id")
+        if not isinstance(call_id, str):
+            raise BodyError(f"{field}.tool_use_id", "required, a string")
+        content = _result_text(block.get("content"))
+        name = names.get(call_id, "tool")
+        failed = block.get("is_error") is True
+        return ToolReturnPart(
+            name, content, tool_call_id=call_id, outcome="failed" if failed else "success"
+        )
+    if kind in ("image", "document"):
+        media = _media(block.get("source"), kind)
+        if media is not None:
+            return UserPromptPart([media])
+    return UserPromptPart(_unknown(block))
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            block["text"]
+            if isinstance(block, dict) and isinstance(block.get("text"), str)
+            else _unknown(block)
+            if isinstance(block, dict)
+            else str(block)
+            for block in content
+        )
+    return "" if content is None else json.dumps(content, ensure_ascii=False)
+
+
+def _media(source: Any, kind: str) -> UserContent | None:
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return ImageUrl(source["url"]) if kind == "image" else DocumentUrl(source["url"])
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        try:
+            data = base64.b64decode(source["data"], validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        media_type = source.get("media_type")
+        fallback = "image/png" if kind == "image" else "application/pdf"
+        return BinaryContent(
+            data, media_type=media_type if isinstance(media_type, str) else fallback
+        )
+    text = source.get("data")
+    return text if source.get("type") == "text" and isinstance(text, str) else None
+
+
+def _first_prompt(messages: list[WireMessage]) -> str:
+    for message in messages:
+        if isinstance(message.view, ModelRequest):
+            for part in message.view.parts:
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    return part.content
+    return ""
+
+
+# --- writing a governed request back -----------------------------------------------------------
+
+
+def body(request: WireRequest, messages: list[str]) -> bytes:
+    """The client's body with its messages replaced by ``messages`` (JSON texts; the system
+    prompt's message is left out: the client's ``system`` member stays as it was)."""
+    kept = [text for text in messages if not text.startswith(f'{{"role":"{SYSTEM}"')]
+    originals = [m.raw for m in request.messages if m.value.get("role") != SYSTEM]
+    return replace_items(request.text, request.members["messages"], kept, originals).encode()
+
+
+def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[int] | None) -> str:
+    """A governed message as JSON text. ``stored``: the client's message it stands for (None:
+    one governance added); ``changed``: the indexes of the parts governance rewrote in place
+    (None: it changed the message's shape, parts added, dropped or moved). Unchanged, it is the
+    client's own text; with parts rewritten in place, the client's message with those blocks
+    rewritten and every other block and member as it was; otherwise written afresh. The system
+    prompt goes as the client's ``system`` member, whatever governance made of it."""
+    if stored is not None and stored.value.get("role") == SYSTEM:
+        return stored.raw
+    if stored is not None and changed is not None and len(view.parts) == len(stored.view.parts):
+        if not changed:
+            return stored.raw
+        blocks = [
+            _rewritten(block, part) if index in changed else block
+            for index, (block, part) in enumerate(
+                zip(_blocks(stored.value), view.parts, strict=True)
+            )
+        ]
+        return json.dumps({**stored.value, "content": blocks}, ensure_ascii=False)
+    role = "assistant" if isinstance(view, ModelResponse) else "user"
+    return json.dumps(
+        {"role": role, "content": [_block(part) for part in view.parts]}, ensure_ascii=False
+    )
+
+
+def _rewritten(block: dict[str, Any], part: Any) -> dict[str, Any]:
+    if block["type"] == "tool_result" and isinstance(part, ToolReturnPart | RetryPromptPart):
+        text = part.model_response_str() if isinstance(part, ToolReturnPart) else _retry_text(part)
+        return {**block, "content": text}
+    if (
+        block["type"] == "text"
+        and isinstance(part, TextPart | UserPromptPart)
+        and isinstance(part.content, str)
+    ):
+        return {**block, "text": part.content}
+    return _block(part)
+
+
+def _retry_text(part: RetryPromptPart) -> str:
+    return part.content if isinstance(part.content, str) else part.model_response()
+
+
+def _block(part: Any) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.content}
+    if isinstance(part, ToolCallPart):
+        return {
+            "type": "tool_use",
+            "id": part.tool_call_id,
+            "name": part.tool_name,
+            "input": part.args_as_dict(),
+        }
+    if isinstance(part, ThinkingPart):
+        if part.id == "redacted_thinking":
+            return {"type": "redacted_thinking", "data": part.signature or ""}
+        return {"type": "thinking", "thinking": part.content, "signature": part.signature or ""}
+    if isinstance(part, ToolReturnPart):
+        block = {
+            "type": "tool_result",
+            "tool_use_id": part.tool_call_id,
+            "content": part.model_response_str(),
+        }
+        return {**block, "is_error": True} if part.outcome == "failed" else block
+    if isinstance(part, RetryPromptPart):
+        return {
+            "type": "tool_result",
+            "tool_use_id": part.tool_call_id,
+            "content": _retry_text(part),
+            "is_error": True,
+        }
+    if isinstance(part, SystemPromptPart | UserPromptPart) and isinstance(part.content, str):
+        return {"type": "text", "text": part.content}
+    if isinstance(part, UserPromptPart):
+        return {
+            "type": "text",
+            "text": "\n".join(
+                item if isinstance(item, str) else f"[{type(item).__name__}]"
+                for item in part.content
+            ),
+        }
+    return {"type": "text", "text": str(getattr(part, "content", ""))}
+
+
+# --- reading the response ----------------------------------------------------------------------
+
+
+def response(text: str) -> StoredResponse | None:
+    """A whole (not streamed) Messages response as the message stored after the request; None
+    when it is not one (an error body)."""
+    try:
+        members, _ = object_spans(text)
+    except BodyError:
+        return None
+    content = members.get("content")
+    if content is None or not isinstance(content.value, list):
+        return None
+    head = {key: span.value for key, span in members.items() if key != "content"}
+    return _stored(f'{{"role":"assistant","content":{content.text}}}', content.value, head)
+
+
+def _stored(raw: str, blocks: list[Any], head: dict[str, Any]) -> StoredResponse:
+    value = {"role": "assistant", "content": blocks}
+    view = _view(value, {}, "response")
+    assert isinstance(view, ModelResponse)
+    usage = _object(head.get("usage"))
+    view.usage = _usage(usage)
+    view.model_name = head.get("model") if isinstance(head.get("model"), str) else None
+    view.provider_response_id = head.get("id") if isinstance(head.get("id"), str) else None
+    stop = head.get("stop_reason")
+    view.finish_reason = _FINISH.get(stop) if isinstance(stop, str) else None
+    return StoredResponse(raw, value, view, {"usage": usage, "stop_reason": stop})
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _usage(usage: dict[str, Any]) -> RequestUsage:
+    def count(name: str) -> int:
+        value = usage.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    read, written = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
+    return RequestUsage(
+        # Anthropic's input_tokens leaves out what the cache read and wrote; pydantic-ai's
+        # counts every input token.
+        input_tokens=count("input_tokens") + read + written,
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+        output_tokens=count("output_tokens"),
+    )
+
+
+class StreamAssembler:
+    """Builds the response from its stream's events, as the client's SDK would."""
+
+    def __init__(self) -> None:
+        self.head: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.partial_json: dict[int, str] = {}
+        self.usage: dict[str, Any] = {}
+        self.done = False
+
+    def feed(self, event: Event) -> None:
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            return
+        if not isinstance(data, dict):
+            return
+        kind = data.get("type")
+        if kind == "message_start" and isinstance(data.get("message"), dict):
+            self.head = data["message"]
+            self.usage = dict(self.head.get("usage") or {})
+        elif kind == "content_block_start" and isinstance(data.get("content_block"), dict):
+            self.blocks[data.get("index", len(self.blocks))] = dict(data["content_block"])
+        elif kind == "content_block_delta" and isinstance(data.get("delta"), dict):
+            self._delta(data.get("index", 0), data["delta"])
+        elif kind == "content_block_stop":
+            self._stop(data.get("index", 0))
+        elif kind == "message_delta":
+            delta = _object(data.get("delta"))
+            self.head = {
+                **self.head,
+                **{k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence")},
+            }
+            if isinstance(data.get("usage"), dict):
+                self.usage.update({k: v for k, v in data["usage"].items() if v is not None})
+        elif kind == "message_stop":
+            self.done = True
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self.blocks.get(index)
+        if block is None:
+            return
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + str(delta.get("text", ""))
+        elif kind == "input_json_delta":
+            self.partial_json[index] = self.partial_json.get(index, "") + str(
+                delta.get("partial_json", "")
+            )
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+        elif kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        elif kind == "citations_delta" and "citation" in delta:
+            block["citations"] = [*(block.get("citations") or []), delta["citation"]]
+
+    def _stop(self, index: int) -> None:
+        block = self.blocks.get(index)
+        if block is not None and index in self.partial_json:
+            try:
+                block["input"] = json.loads(self.partial_json.pop(index) or "{}")
+            except ValueError:
+                block["input"] = {}
+
+    def result(self) -> StoredResponse | None:
+        """The response so far (all of it once the stream ended); None before any block."""
+        if not self.blocks:
+            return None
+        for index in list(self.partial_json):
+            self._stop(index)
+        blocks = [self.blocks[index] for index in sorted(self.blocks)]
+        raw = json.dumps({"role": "assistant", "content": blocks}, ensure_ascii=False)
+        return _stored(raw, blocks, {**self.head, "usage": self.usage})

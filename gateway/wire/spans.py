@@ -1,0 +1,127 @@
+"""Reading a request body's JSON with the exact text of each value.
+
+A gateway stores a client's messages as the client sent them and, where governance leaves a
+message alone, forwards those very bytes: key order, spacing, escapes and fields nobody here
+knows all survive. ``json.loads`` keeps none of that, so the body is walked with the standard
+decoder's ``raw_decode``, which reports where each value ends.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+_DECODER = json.JSONDecoder()
+_WHITESPACE = " \t\n\r"
+
+
+class BodyError(ValueError):
+    """A body that is not the JSON a wire format expects, naming the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One JSON value: its text as written, where it sits in the body, and its parsed value."""
+
+    text: str
+    start: int
+    end: int
+    value: Any
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _WHITESPACE:
+        at += 1
+    return at
+
+
+def _value(text: str, at: int, field: str) -> tuple[Any, int]:
+    try:
+        return _DECODER.raw_decode(text, at)
+    except json.JSONDecodeError as exc:
+        raise BodyError(field, f"not valid JSON ({exc.msg} at character {exc.pos})") from None
+    except RecursionError:
+        raise BodyError(field, "nested too deeply") from None
+    except ValueError as exc:  # a number past the interpreter's digit limit, say
+        raise BodyError(field, f"not valid JSON ({exc})") from None
+
+
+def object_spans(text: str, at: int = 0, field: str = "") -> tuple[dict[str, Span], int]:
+    """The members of the JSON object starting at ``at`` (after whitespace), each as a span,
+    and where the object ends. A key given twice keeps its last value, as ``json.loads``
+    does."""
+    at = _skip(text, at)
+    if at >= len(text) or text[at] != "{":
+        raise BodyError(field, "must be a JSON object")
+    members: dict[str, Span] = {}
+    at = _skip(text, at + 1)
+    if at < len(text) and text[at] == "}":
+        return members, at + 1
+    while True:
+        if at >= len(text) or text[at] != '"':
+            raise BodyError(field, f"not valid JSON (a key expected at character {at})")
+        key, at = _value(text, at, field)
+        at = _skip(text, at)
+        if at >= len(text) or text[at] != ":":
+            raise BodyError(field, f"not valid JSON (':' expected at character {at})")
+        start = _skip(text, at + 1)
+        value, end = _value(text, start, f"{field}.{key}" if field else key)
+        members[key] = Span(text[start:end], start, end, value)
+        at = _skip(text, end)
+        if at < len(text) and text[at] == ",":
+            at = _skip(text, at + 1)
+            continue
+        if at < len(text) and text[at] == "}":
+            return members, at + 1
+        raise BodyError(field, f"not valid JSON (',' or '}}' expected at character {at})")
+
+
+def array_spans(span: Span, field: str) -> list[Span]:
+    """The items of a JSON array span, each as a span of the same body."""
+    if not isinstance(span.value, list):
+        raise BodyError(field, "must be an array")
+    text = span.text
+    items: list[Span] = []
+    at = _skip(text, 1)
+    if text[at] == "]":
+        return items
+    while True:
+        value, end = _value(text, at, f"{field}[{len(items)}]")
+        items.append(Span(text[at:end], span.start + at, span.start + end, value))
+        at = _skip(text, end)
+        if text[at] == ",":
+            at = _skip(text, at + 1)
+            continue
+        return items  # "]": the whole array was decoded once already
+
+
+def read_body(body: bytes) -> tuple[str, dict[str, Span]]:
+    """The body's text and its top-level members; a BodyError for anything but a JSON object
+    in UTF-8."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyError("", "the body must be JSON in UTF-8") from None
+    members, end = object_spans(text)
+    if _skip(text, end) != len(text):
+        raise BodyError("", "not valid JSON (text after the object)")
+    return text, members
+
+
+def splice(text: str, span: Span, replacement: str) -> str:
+    """The body with one member's value replaced, every other byte as it was."""
+    return text[: span.start] + replacement + text[span.end :]
+
+
+def replace_items(text: str, span: Span, items: list[str], originals: list[str]) -> str:
+    """The body with an array's items replaced by ``items`` (JSON texts); the body as it was,
+    spacing between items included, when they are its own ``originals`` in order."""
+    if items == originals:
+        return text
+    return splice(text, span, "[" + ",".join(items) + "]")

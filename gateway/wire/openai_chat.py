@@ -50,7 +50,14 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RequestUsage
 
 from gateway.wire import StoredResponse, WireMessage, WireRequest
-from gateway.wire.spans import BodyError, Span, array_spans, object_spans, read_body, splice
+from gateway.wire.spans import (
+    BodyError,
+    Span,
+    array_spans,
+    object_spans,
+    read_body,
+    replace_items,
+)
 from gateway.wire.sse import Event
 
 WIRE = "openai_chat"
@@ -103,10 +110,11 @@ def parse(body: bytes) -> WireRequest:
 
 def _no_lone_surrogates(members: dict[str, Span]) -> None:
     """A string escaping half a surrogate pair (``"\\ud800"``) is valid JSON that no UTF-8
-    text can hold: PostgreSQL refuses it in a JSON column and the body cannot be encoded to be
-    forwarded once rewritten. Refused here, naming where it is. Walked without recursion, since
-    the decoder accepts deeper nesting than Python's stack takes comfortably."""
-    stack: list[tuple[str, Any]] = [(name, span.value) for name, span in members.items()]
+    text can hold: the session's storage refuses it (``sessions.payloads``), as PostgreSQL
+    would, and a rewritten body holding it could not be encoded. Refused here, naming where it
+    is. Walked without recursion: the decoder accepts deeper nesting than Python's stack takes
+    comfortably."""
+    stack = [(name, span.value) for name, span in reversed(members.items())]
     while stack:
         field, value = stack.pop()
         if isinstance(value, str):
@@ -394,10 +402,10 @@ def _first_prompt(messages: list[WireMessage]) -> str:
 
 def body(request: WireRequest, messages: list[str]) -> bytes:
     """The client's body with its messages replaced by ``messages`` (JSON texts, each one
-    message or, from ``render``, several joined by ","), every other byte as it was."""
-    return splice(
-        request.text, request.members["messages"], "[" + ",".join(messages) + "]"
-    ).encode()
+    message or, from ``render``, several joined by ","), every other byte as it was; the body
+    itself, spacing between messages included, when they are the client's own."""
+    originals = [message.raw for message in request.messages]
+    return replace_items(request.text, request.members["messages"], messages, originals).encode()
 
 
 def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[int] | None) -> str:

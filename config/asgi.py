@@ -104,9 +104,9 @@ class RequestLimit:
     chat turns take the rest, briefly).
     """
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: Any, running: asyncio.Semaphore) -> None:
         self.app = app
-        self.running = asyncio.Semaphore(limit)
+        self.running = running
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -121,11 +121,12 @@ django_asgi_app = FinishingASGIHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
+from config.slots import RUNNING  # noqa: E402
 from ctxhub.governance.tokens import load_encoding  # noqa: E402
+from gateway.asgi import GatewayHandler  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
 
 # What a process's first requests would load, loaded now: every view behind the URL conf and
@@ -136,6 +137,20 @@ from sessions.routing import websocket_urlpatterns  # noqa: E402
 get_resolver().url_patterns  # noqa: B018
 for encoding in ("o200k_base", "cl100k_base"):
     load_encoding(encoding)
+
+
+class PathRouter:
+    """Sends an HTTP request to the app of the first prefix its path starts with, else to
+    ``default``."""
+
+    def __init__(self, prefixes: dict[str, Any], default: Any) -> None:
+        self.prefixes = prefixes
+        self.default = default
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        app = next((a for p, a in self.prefixes.items() if path.startswith(p)), self.default)
+        await app(scope, receive, send)
 
 
 class StaticFiles(ASGIStaticFilesHandler):
@@ -153,7 +168,12 @@ class StaticFiles(ASGIStaticFilesHandler):
 application = ProtocolTypeRouter(
     {
         # One server for pages, static files and sockets: no separate static server to run.
-        "http": RequestLimit(StaticFiles(django_asgi_app), settings.CTXHUB_CONCURRENT_REQUESTS),
+        # The gateway's requests wait on the model for most of their time: they take a slot
+        # only while they store or govern (gateway.storage), not for the whole stream.
+        "http": PathRouter(
+            {"/gateway/": GatewayHandler()},
+            RequestLimit(StaticFiles(django_asgi_app), RUNNING),
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]
         ),

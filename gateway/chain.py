@@ -6,10 +6,12 @@ session whose newest message's hash is one of its own (the stored session is a p
 request), and only the messages after it are new.
 
 The canonical form is what a message means, not how a client happened to write it: keys
-sorted, ``null`` members and ``cache_control`` markers dropped (clients move their cache
-breakpoints from request to request), and a string content read as the one text block it
-stands for. A response the gateway stored as the upstream streamed it and the same response
-as the client's SDK sends it back then hash alike.
+sorted; ``null``, empty-list and empty-content members dropped; cache markers dropped
+(``cache_control``, ``prompt_cache_breakpoint``: clients move their cache breakpoints from
+request to request); a string content read as the one text block it stands for; and a
+streamed tool call's ``index`` (an artefact of how OpenAI's stream was put together) dropped.
+A response the gateway stored as the upstream streamed it and the same response as the
+client's SDK sends it back then hash alike.
 """
 
 from __future__ import annotations
@@ -19,16 +21,20 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-_VOLATILE = frozenset({"cache_control"})
+_VOLATILE = frozenset({"cache_control", "prompt_cache_breakpoint"})
+
+
+def _said(key: str, item: Any, value: dict[str, Any]) -> bool:
+    if item is None or item == [] or key in _VOLATILE:
+        return False
+    if key == "content" and item == "":
+        return False
+    return not (key == "index" and "function" in value)
 
 
 def _meaning(value: Any) -> Any:
     if isinstance(value, dict):
-        kept = {
-            key: _meaning(item)
-            for key, item in value.items()
-            if item is not None and key not in _VOLATILE and item != []
-        }
+        kept = {key: _meaning(item) for key, item in value.items() if _said(key, item, value)}
         content = kept.get("content")
         if isinstance(content, str) and "role" in kept:
             kept["content"] = [{"type": "text", "text": content}]

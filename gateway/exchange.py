@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -34,6 +32,7 @@ from gateway.errors import Refused, refusal
 from gateway.formats import Format
 from gateway.governing import governed_body
 from gateway.models import Exchange, Mode
+from gateway.storage import stored
 from gateway.threads import Thread
 from gateway.upstream import Answer, UpstreamTimeout, UpstreamUnreachable, call, forwarded
 from gateway.wire import BodyError, StoredResponse, WireRequest
@@ -43,15 +42,6 @@ log = logging.getLogger(__name__)
 
 MODE_HEADER = "x-ctxhub-mode"
 SESSION_HEADER = "x-ctxhub-session"
-
-_pending: set[asyncio.Task[Any]] = set()
-"""Records being written after their stream ended: held so they are not collected midway."""
-
-
-def _later(work: Coroutine[Any, Any, Any]) -> None:
-    task = asyncio.ensure_future(work)
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
 
 
 def _headers(request: HttpRequest) -> dict[str, str]:
@@ -82,7 +72,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     headers = _headers(request)
     try:
         asked_mode = _mode(headers)
-        who: Caller = await sync_to_async(caller)(headers, needs_provider_key=not fmt.is_offline)
+        who: Caller = await stored(caller, headers, needs_provider_key=not fmt.is_offline)
         parsed: WireRequest = fmt.wire.parse(request.body)
     except Refused as refused:
         return refusal(fmt.provider, refused)
@@ -132,7 +122,8 @@ async def _prepare(
     """The request's session (None when storage is away), the body the upstream gets, and
     whether it is the Governor's."""
     try:
-        thread = await sync_to_async(threads.thread)(
+        thread = await stored(
+            threads.thread,
             who.key.owner_id,
             parsed,
             provider=fmt.provider,
@@ -146,7 +137,7 @@ async def _prepare(
     if mode != Mode.GOVERN:
         return thread, parsed.text.encode(), False
     try:
-        body = await sync_to_async(governed_body)(thread.session, parsed, fmt.wire)
+        body = await stored(governed_body, thread.session, parsed, fmt.wire)
     except DatabaseError as exc:
         log.warning(
             "gateway: session %s forwarded ungoverned, storage is away: %s", thread.session.pk, exc
@@ -187,18 +178,24 @@ async def _relay(answer: Answer, fmt: Format, outcome: Outcome) -> AsyncIterator
     except (UpstreamTimeout, UpstreamUnreachable) as exc:
         outcome.error = f"the upstream's stream broke off ({exc})"
     finally:
-        await answer.close()
+        # Cancelled when the client went away (``gateway.asgi``): the upstream call is closed
+        # and what came is recorded all the same.
         if not outcome.complete and not outcome.error:
             outcome.error = "the client went away mid-stream"
         outcome.response = assembler.result()
-        _later(_record(outcome))
+        await asyncio.shield(_finish(answer, outcome))
+
+
+async def _finish(answer: Answer, outcome: Outcome) -> None:
+    await answer.close()
+    await _record(outcome)
 
 
 async def _record(outcome: Outcome) -> None:
     if outcome.thread is None:
         return
     try:
-        await sync_to_async(_write)(outcome)
+        await stored(_write, outcome)
     except DatabaseError as exc:
         log.warning(
             "gateway: exchange of session %s not recorded: %s", outcome.thread.session.pk, exc

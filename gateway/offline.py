@@ -298,3 +298,94 @@ def openai_chat(request: WireRequest, include_usage: bool) -> Answer:
         events.append(_sse(None, body))
     events.append(_sse(None, "[DONE]"))
     return _answer(STREAM_HEADERS, events)
+
+
+# --- OpenAI Responses ----------------------------------------------------------------------------
+
+
+def openai_responses(request: WireRequest) -> Answer:
+    """The demo model's answer as a ``response`` object: its text one assistant message, each
+    call a ``function_call`` item. Streamed, the events the API sends for them, numbered by
+    ``sequence_number``: ``response.created`` and ``response.in_progress``, each item added,
+    its text or arguments in deltas, done, and ``response.completed`` with the whole response
+    and its usage."""
+    answer = reply(request)
+
+    def ident(prefix: str) -> str:
+        return f"{prefix}_offline{uuid.uuid4().hex[:24]}"
+
+    output: list[dict[str, Any]] = []
+    text = "".join(part.content for part in answer.parts if isinstance(part, TextPart))
+    if text:
+        content = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        message = {"id": ident("msg"), "type": "message", "status": "completed"}
+        output.append({**message, "role": "assistant", "content": [content]})
+    output += [
+        {
+            "id": ident("fc"),
+            "type": "function_call",
+            "status": "completed",
+            "arguments": json.dumps(part.args_as_dict()),
+            "call_id": part.tool_call_id,
+            "name": part.tool_name,
+        }
+        for part in answer.parts
+        if isinstance(part, ToolCallPart)
+    ]
+    input_tokens, output_tokens = _tokens(request.text), _tokens(json.dumps(output))
+    usage = {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+    echoed = {
+        name: request.members[name].value if name in request.members else default
+        for name, default in (("instructions", None), ("tools", []), ("metadata", {}))
+    }
+    response: dict[str, Any] = {
+        "id": ident("resp"),
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": request.model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "usage": usage,
+        **echoed,
+    }
+    if not request.stream:
+        return _answer(JSON_HEADERS, [json.dumps(response, ensure_ascii=False).encode()])
+
+    events: list[bytes] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        events.append(_sse(kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+    start = {**response, "status": "in_progress", "output": [], "usage": None}
+    event("response.created", response=start)
+    event("response.in_progress", response=start)
+    for index, item in enumerate(output):
+        at = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            done = item["content"][0]
+            added = {**item, "status": "in_progress", "content": []}
+            event("response.output_item.added", output_index=index, item=added)
+            event("response.content_part.added", **at, content_index=0, part={**done, "text": ""})
+            for word in _words(done["text"]):
+                event("response.output_text.delta", **at, content_index=0, delta=word, logprobs=[])
+            event("response.output_text.done", **at, content_index=0, text=text, logprobs=[])
+            event("response.content_part.done", **at, content_index=0, part=done)
+        else:
+            added = {**item, "status": "in_progress", "arguments": ""}
+            event("response.output_item.added", output_index=index, item=added)
+            for piece in _pieces(item["arguments"]):
+                event("response.function_call_arguments.delta", **at, delta=piece)
+            event("response.function_call_arguments.done", **at, arguments=item["arguments"])
+        event("response.output_item.done", output_index=index, item=item)
+    event("response.completed", response=response)
+    return _answer(STREAM_HEADERS, events)

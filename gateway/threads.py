@@ -21,7 +21,7 @@ from django.db import transaction
 
 from gateway import chain
 from gateway.models import GatewaySession, RawMessage
-from gateway.wire import StoredResponse, WireMessage, WireRequest
+from gateway.wire import StoredResponse, WireMessage, WireRequest, storable_text
 from sessions.models import AgentSession, MessageSource
 from sessions.services.log import append_messages
 from sessions.services.tools import set_tools
@@ -52,7 +52,7 @@ def thread(
     """The session ``request`` continues, its new messages appended (with their raw text and
     chain hashes), or a new session holding all of them."""
     hashes = chain.hashes(request.wire, (message.value for message in request.messages))
-    marker = named or request.client_session or ""
+    marker = storable_text(named or request.client_session or "")
     with transaction.atomic():
         found = _continued(owner, request.wire, hashes, marker)
         if found is None:

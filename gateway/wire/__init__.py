@@ -10,6 +10,7 @@ of server-sent events, into the message stored after the request.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,43 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 
 from gateway.wire.spans import BodyError, Span
 
-__all__ = ["BodyError", "StoredResponse", "WireMessage", "WireRequest"]
+__all__ = [
+    "BodyError",
+    "StoredResponse",
+    "WireMessage",
+    "WireRequest",
+    "storable",
+    "storable_text",
+]
+
+# A NUL or half a surrogate pair is valid JSON (as an escape) that no database stores as text
+# and no UTF-8 encodes. The client's raw text keeps the escape; what is read from it is cleaned.
+_UNSTORABLE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(raw: str, value: Any) -> Any:
+    """A message's parsed ``value`` with each NUL and lone surrogate made U+FFFD, so its view
+    can be stored and a governed rewrite of it encoded; the raw text (the escape) is left as
+    the client wrote it. Cheap for the usual message: its raw text is searched, not walked."""
+    if not _UNSTORABLE_ESCAPE.search(raw):
+        return value
+    return _cleaned(value)
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each NUL and lone surrogate made U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list):
+        return [_cleaned(item) for item in value]
+    if isinstance(value, dict):
+        return {_cleaned(key): _cleaned(item) for key, item in value.items()}
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest
+from gateway.wire import StoredResponse, WireMessage, WireRequest, storable
 from gateway.wire.spans import (
     BodyError,
     Span,
@@ -79,7 +79,7 @@ def parse(body: bytes) -> WireRequest:
         messages.append(_system(members["system"]))
     for index, span in enumerate(spans):
         field = f"messages[{index}]"
-        value = _checked_message(span.value, field)
+        value = _checked_message(storable(span.text, span.value), field)
         messages.append(WireMessage(span.text, value, _view(value, names, field)))
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
     metadata = members["metadata"].value if "metadata" in members else None
@@ -119,7 +119,7 @@ def _list(members: dict[str, Span], name: str) -> list[Any]:
 
 
 def _system(span: Span) -> WireMessage:
-    value = span.value
+    value = storable(span.text, span.value)
     if isinstance(value, str):
         content = value
     elif isinstance(value, list) and all(

@@ -26,7 +26,6 @@ import base64
 import binascii
 import json
 import mimetypes
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,7 +48,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest
+from gateway.wire import StoredResponse, WireMessage, WireRequest, storable
 from gateway.wire.spans import (
     BodyError,
     Span,
@@ -72,14 +71,12 @@ _FINISH: dict[str, FinishReason] = {
     "content_filter": "content_filter",
 }
 _AUDIO_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg"}
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _DONE = "[DONE]"
 
 
 def parse(body: bytes) -> WireRequest:
     """A Chat Completions request read: a BodyError names the first field that is wrong."""
     text, members = read_body(body)
-    _no_lone_surrogates(members)
     model = _string(members, "model")
     messages_span = members.get("messages")
     if messages_span is None:
@@ -88,7 +85,7 @@ def parse(body: bytes) -> WireRequest:
     names: dict[str, str] = {}
     for index, span in enumerate(array_spans(messages_span, "messages")):
         field = f"messages[{index}]"
-        value = _checked_message(span.value, field)
+        value = _checked_message(storable(span.text, span.value), field)
         messages.append(WireMessage(span.text, value, _view(value, names)))
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
     tools += [_function(f, f"functions[{i}]") for i, f in enumerate(_list(members, "functions"))]
@@ -106,27 +103,6 @@ def parse(body: bytes) -> WireRequest:
         client_session=_client_session(members),
         title=_first_prompt(messages),
     )
-
-
-def _no_lone_surrogates(members: dict[str, Span]) -> None:
-    """A string escaping half a surrogate pair (``"\\ud800"``) is valid JSON that no UTF-8
-    text can hold: the session's storage refuses it (``sessions.payloads``), as PostgreSQL
-    would, and a rewritten body holding it could not be encoded. Refused here, naming where it
-    is. Walked without recursion: the decoder accepts deeper nesting than Python's stack takes
-    comfortably."""
-    stack = [(name, span.value) for name, span in reversed(members.items())]
-    while stack:
-        field, value = stack.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                raise BodyError(field, "a lone surrogate escape is not text")
-        elif isinstance(value, dict):
-            for key, item in reversed(value.items()):
-                if _SURROGATE.search(key):
-                    raise BodyError(field, "a lone surrogate escape in a key is not text")
-                stack.append((f"{field}.{key}", item))
-        elif isinstance(value, list):
-            stack.extend((f"{field}[{i}]", item) for i, item in reversed(list(enumerate(value))))
 
 
 def _string(members: dict[str, Span], name: str) -> str:

@@ -4,6 +4,7 @@ governance leaves a message alone, every block type has a view, errors name thei
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import anthropic
 import pytest
@@ -22,64 +23,51 @@ from pydantic_ai.messages import (
 )
 
 from gateway import chain
-from gateway.wire import BodyError, anthropic as wire
+from gateway.wire import BodyError
+from gateway.wire import anthropic as wire
 from gateway.wire.sse import EventReader
 
 # Odd spacing, key orders, escapes, a block type nobody knows and cache_control markers: what a
 # real client's body may hold, all of which must reach the upstream as it was.
-BODY = (
-    '{ "model": "claude-sonnet-4-5",  "max_tokens": 1024,\n'
-    '  "system": [{"type": "text", "text": "You are a coder.", "cache_control": {"type": "ephemeral"}}],\n'
-    '  "metadata": {"user_id": "user_abc_account_x_session_42"},\n'
-    '  "tools": [{"name": "Read", "description": "read a file", "input_schema": {"type": "object", '
-    '"properties": {"path": {"type": "string"}}}}, {"type": "web_search_20250305", "name": "web_search"}],\n'
-    '  "messages": [\n'
-    '    {"role": "user", "content": "read caf\\u00e9.md  please"},\n'
-    '    {"content": [{"type": "thinking", "thinking": "I should read it", "signature": "c2lnbmF0dXJl"},'
-    ' {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"},'
-    ' {"type": "text", "text": "Reading."},'
-    ' {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "caf\\u00e9.md"}}], "role": "assistant"},\n'
-    '    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", '
-    '"content": [{"type": "text", "text": "# Caf\\u00e9\\nline two"}], "cache_control": {"type": "ephemeral"}},'
-    ' {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},'
-    ' {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},'
-    ' {"type": "future_block", "payload": {"x": [1, 2.50, null]}}]},\n'
-    '    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}}]},\n'
-    '    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "is_error": true, "content": "no such file"}]}\n'
-    "  ],\n"
-    '  "stream": false, "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}\n'
-    "}"
-).encode()
+BODY = (Path(__file__).parent / "data" / "anthropic_messages.json").read_bytes()
 
 
 def test_every_message_keeps_its_text_and_gets_a_view() -> None:
     request = wire.parse(BODY)
-    assert request.model == "claude-sonnet-4-5"
+    assert request.model == "claude-sonnet-4-6"
     assert request.client_session == "user_abc_account_x_session_42"
     assert request.title == "read café.md  please"
     assert [tool["name"] for tool in request.tools] == ["Read", "web_search"]
     assert request.tools[1]["parameters"] == {}
     system, prompt, answer, results, call, failure = (m.view for m in request.messages)
-    assert isinstance(system, ModelRequest) and isinstance(system.parts[0], SystemPromptPart)
+    assert isinstance(system, ModelRequest)
+    assert isinstance(system.parts[0], SystemPromptPart)
     assert system.parts[0].content == "You are a coder."
-    assert isinstance(prompt, ModelRequest) and prompt.parts[0].content == "read café.md  please"
+    assert isinstance(prompt, ModelRequest)
+    assert prompt.parts[0].content == "read café.md  please"
     assert isinstance(answer, ModelResponse)
     thinking, redacted, text, tool = answer.parts
-    assert isinstance(thinking, ThinkingPart) and thinking.signature == "c2lnbmF0dXJl"
-    assert isinstance(redacted, ThinkingPart) and redacted.signature == "ZW5jcnlwdGVk"
+    assert isinstance(thinking, ThinkingPart)
+    assert thinking.signature == "c2lnbmF0dXJl"
+    assert isinstance(redacted, ThinkingPart)
+    assert redacted.signature == "ZW5jcnlwdGVk"
     assert text == TextPart("Reading.")
-    assert isinstance(tool, ToolCallPart) and tool.args == {"path": "café.md"}
+    assert isinstance(tool, ToolCallPart)
+    assert tool.args == {"path": "café.md"}
     assert isinstance(results, ModelRequest)
     result, image, url, unknown = results.parts
-    assert isinstance(result, ToolReturnPart) and result.tool_name == "Read"
+    assert isinstance(result, ToolReturnPart)
+    assert result.tool_name == "Read"
     assert result.content == "# Café\nline two"
-    assert isinstance(image, UserPromptPart) and isinstance(image.content[0], BinaryContent)
-    assert isinstance(url, UserPromptPart) and url.content == [
-        ImageUrl("https://example.com/a.png")
-    ]
-    assert isinstance(unknown, UserPromptPart) and "future_block" in str(unknown.content)
+    assert isinstance(image, UserPromptPart)
+    assert isinstance(image.content[0], BinaryContent)
+    assert isinstance(url, UserPromptPart)
+    assert url.content == [ImageUrl("https://example.com/a.png")]
+    assert isinstance(unknown, UserPromptPart)
+    assert "future_block" in str(unknown.content)
     assert isinstance(call, ModelResponse)
-    assert isinstance(failure, ModelRequest) and isinstance(failure.parts[0], ToolReturnPart)
+    assert isinstance(failure, ModelRequest)
+    assert isinstance(failure.parts[0], ToolReturnPart)
     assert failure.parts[0].outcome == "failed"
     # Each raw text is the client's, exactly: the body's own bytes.
     for message in request.messages[1:]:
@@ -289,12 +277,14 @@ def test_a_stream_cut_anywhere_assembles_the_message_the_sdk_builds() -> None:
     stored = assembler.result()
     assert stored is not None
     thinking, text, tool = stored.view.parts
-    assert isinstance(thinking, ThinkingPart) and (thinking.content, thinking.signature) == (
+    assert isinstance(thinking, ThinkingPart)
+    assert (thinking.content, thinking.signature) == (
         "Let me think.",
         "sig==",
     )
     assert text == TextPart("Hello there.")
-    assert isinstance(tool, ToolCallPart) and tool.args == {"path": "a.md"}
+    assert isinstance(tool, ToolCallPart)
+    assert tool.args == {"path": "a.md"}
     usage = stored.view.usage
     assert (
         usage.input_tokens,

@@ -1,0 +1,84 @@
+"""The gateway's own ASGI handler: its views run in the server's event loop, and a client that
+goes away cancels its stream.
+
+Pages go through ``config.asgi.FinishingASGIHandler``, which runs each request in one hop on a
+thread and never cancels it: right for short synchronous views, wrong for a request that relays
+a model's answer for minutes. Here the async view runs in the event loop; its storage work hops
+to the request's own thread (``gateway.storage``), a slot and a pooled connection at a time.
+While a stream is sent, the handler listens for the client's disconnect and cancels the relay,
+which closes the upstream call (``gateway.exchange``). No middleware runs: a gateway request
+carries API keys, not cookies, and its answers are the provider's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.base import BaseHandler
+from django.http import HttpResponseBase, JsonResponse
+from django.urls import Resolver404, resolve, set_script_prefix
+
+
+class GatewayHandler(ASGIHandler):
+    def __init__(self) -> None:
+        BaseHandler.__init__(self)  # no middleware to load
+        self._idle_threads: list[ThreadPoolExecutor] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        thread = self._idle_threads.pop() if self._idle_threads else ThreadPoolExecutor(1)
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                await self._handle(scope, receive, send)
+        finally:
+            self._idle_threads.append(thread)
+
+    async def _handle(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        with closing(body_file):
+            set_script_prefix(get_script_prefix(scope))
+            await sync_to_async(signals.request_started.send)(sender=self.__class__, scope=scope)
+            try:
+                request, refused = self.create_request(scope, body_file)
+                response = await _view(request) if request is not None else refused
+                assert response is not None  # Django gives a refusal when no request
+                await self._send(response, receive, send)
+            finally:
+                # Hands the request thread's database connection, if it holds one, back.
+                await sync_to_async(signals.request_finished.send)(sender=self.__class__)
+
+    async def _send(self, response: HttpResponseBase, receive: Any, send: Any) -> None:
+        if not response.streaming:
+            await self.send_response(response, send)
+            return
+        sending = asyncio.ensure_future(self.send_response(response, send))
+        gone = asyncio.ensure_future(_disconnected(receive))
+        await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (sending, gone):
+            task.cancel()
+        await asyncio.gather(sending, gone, return_exceptions=True)
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _view(request: Any) -> HttpResponseBase:
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return JsonResponse(
+            {"error": {"message": f"no gateway endpoint {request.path}"}}, status=404
+        )
+    response: HttpResponseBase = await match.func(request, *match.args, **match.kwargs)
+    return response

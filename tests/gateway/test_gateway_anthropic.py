@@ -1,0 +1,413 @@
+"""The gateway as Claude Code and apps on the Anthropic SDK use it: the official SDK pointed at a
+real hub process (the production web server on the test database), the hub pointed at a fake
+Anthropic written from the documented format, which records every body it receives."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import httpx2
+import pytest
+
+from gateway.models import Exchange, GatewaySession, RawMessage
+from sessions.api.keys import create_key
+from sessions.models import AgentSession, Message, SentRequest
+from tests.conftest import ARTIFACTS
+from tests.gateway.fake_upstream import (
+    Error,
+    FakeUpstream,
+    Slow,
+    Text,
+    Thinking,
+    ToolCalls,
+    running_fake_upstream,
+)
+from tests.processes import asgi_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROVIDER_KEY = "sk-ant-api03-PLANTED-provider-secret-0123456789"
+TOOLS = [
+    {
+        "name": "Read",
+        "description": "Read a file of the repository.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    }
+]
+TIMEOUT_SECONDS = 3
+
+
+@pytest.fixture(scope="module")
+def served(django_db_setup: None) -> Iterator[tuple[str, FakeUpstream]]:
+    with running_fake_upstream() as upstream:
+        env = {
+            "CTXHUB_GATEWAY_ANTHROPIC_URL": upstream.url,
+            "CTXHUB_GATEWAY_OPENAI_URL": upstream.url + "/v1",
+            "CTXHUB_GATEWAY_TIMEOUT_SECONDS": str(TIMEOUT_SECONDS),
+        }
+        with asgi_server(ARTIFACTS / "logs" / "web-gateway.log", env=env) as url:
+            yield url, upstream
+
+
+@pytest.fixture
+def upstream(served: tuple[str, FakeUpstream]) -> FakeUpstream:
+    served[1].reset()
+    return served[1]
+
+
+@pytest.fixture
+def hub_key(alice: Any) -> str:
+    return create_key(alice, name="gateway", scopes=["read", "write"])[1]
+
+
+class Sent:
+    """The bodies a client sent, as its HTTP client wrote them."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def __call__(self, request: httpx2.Request) -> None:
+        if request.url.path.endswith("/messages"):
+            self.bodies.append(request.read())
+
+
+def client(
+    url: str, hub_key: str, *, mode: str, sent: Sent | None = None, **headers: str
+) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        base_url=f"{url}/gateway/anthropic",
+        api_key=PROVIDER_KEY,
+        max_retries=0,
+        default_headers={"X-Ctxhub-Key": hub_key, "X-Ctxhub-Mode": mode, **headers},
+        # The SDK brings its own HTTP client package.
+        http_client=httpx2.Client(event_hooks={"request": [sent]} if sent else {}),
+    )
+
+
+def tool_loop(
+    sdk: anthropic.Anthropic,
+    turns: int,
+    *,
+    system: str = "You are a careful coder.",
+    result: Callable[[int], str] = lambda n: f"line {n}\n" * 3,
+    messages: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> list[dict[str, Any]]:
+    """A coding agent's loop: each answer's tool calls are run and their results sent back;
+    a text answer gets a new prompt. Streaming and whole answers alternate."""
+    if messages is None:
+        messages = [{"role": "user", "content": "Read the README, then the docs."}]
+    for turn in range(turns):
+        kwargs = {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 512,
+            "system": system,
+            "messages": messages,
+            "tools": TOOLS,
+            **extra,
+        }
+        if turn % 2:
+            with sdk.messages.stream(**kwargs) as stream:
+                answer = stream.get_final_message()
+        else:
+            answer = sdk.messages.create(**kwargs)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [block.model_dump(exclude_none=True) for block in answer.content],
+            }
+        )
+        calls = [block for block in answer.content if block.type == "tool_use"]
+        if calls:
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": c.id, "content": result(turn)}
+                        for c in calls
+                    ],
+                }
+            )
+        else:
+            messages.append({"role": "user", "content": f"Now the next file, #{turn}."})
+    return messages
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def only_session() -> AgentSession:
+    (session,) = AgentSession.objects.filter(gateway__isnull=False)
+    return session
+
+
+def test_observe_mode_forwards_the_clients_bytes_and_stores_each_message_once(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    url = served[0]
+    sent = Sent()
+    messages = tool_loop(client(url, hub_key, mode="observe", sent=sent), 50)
+    received = [r.body for r in upstream.received if r.path == "/v1/messages"]
+    assert received == sent.bodies  # byte for byte, all fifty
+    session = only_session()
+    wait_for(lambda: Exchange.objects.filter(session=session).count() == 50)
+    # The log is the conversation: the system prompt, then every message once, the last
+    # answer included. The client's messages are stored as it wrote them; the answers as the
+    # provider gave them, which is what the client sent back.
+    assert session.messages.count() == 1 + len(messages) - 1
+    last_body = json.loads(sent.bodies[-1])
+    stored = RawMessage.objects.filter(
+        session=session, seq__gte=1, seq__lte=len(last_body["messages"])
+    )
+    raws = list(stored.order_by("seq").values_list("raw", flat=True))
+    assert [json.loads(raw) for raw in raws] == last_body["messages"]
+    assert all(raw.encode() in sent.bodies[-1] for raw in raws if json.loads(raw)["role"] == "user")
+    assert Exchange.objects.filter(session=session, governed=False, status=200).count() == 50
+    usage = Exchange.objects.filter(session=session).order_by("pk").last()
+    assert usage is not None
+    assert usage.usage["cache_read_input_tokens"] > 0
+
+
+def test_govern_mode_sends_the_governors_request_within_the_window_with_pairs_and_thinking_intact(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    url = served[0]
+    sdk = client(url, hub_key, mode="govern")
+    upstream.script(
+        Thinking(
+            "I will read it.", "c2lnbmF0dXJlLTE=", ToolCalls([("Read", {"path": "README.md"})])
+        )
+    )
+    messages = tool_loop(sdk, 1)
+    session = only_session()
+    AgentSession.objects.filter(pk=session.pk).update(context_window=16_000)
+    # Big results, so that the window has to act; thinking before every call.
+    for n in range(2, 50):
+        upstream.script(
+            Thinking(f"step {n}", f"c2lnLXt{n}", ToolCalls([("Read", {"path": f"f{n}.md"})]))
+        )
+    tool_loop(sdk, 49, result=lambda n: f"{n}: " + "word " * 400, messages=messages)
+    bodies = [json.loads(r.body) for r in upstream.received if r.path == "/v1/messages"]
+    requests = list(SentRequest.objects.filter(session=session).order_by("number"))
+    assert len(requests) == 50
+    assert all(r.tokens + r.tool_tokens <= r.window_tokens for r in requests[1:])
+    for body in bodies:
+        calls: set[str] = set()
+        for message in body["messages"]:
+            blocks = message["content"] if isinstance(message["content"], list) else []
+            for block in blocks:
+                if block["type"] == "tool_use":
+                    calls.add(block["id"])
+                if block["type"] == "tool_result":
+                    assert block["tool_use_id"] in calls, "a result without its call"
+                if block["type"] == "thinking":
+                    assert block["signature"].startswith("c2l")
+    # Between the Governor's actions, a request is the previous one with the new messages
+    # after it: the provider's cache reads all of it.
+    grown = sum(
+        1
+        for before, after in itertools.pairwise(bodies)
+        if after["messages"][: len(before["messages"])] == before["messages"]
+    )
+    assert grown / (len(bodies) - 1) >= 0.9
+    acted = [r for r in requests if r.acted]
+    assert acted, "the window never acted: the test's history was too small"
+
+
+def test_interleaved_clients_and_their_sub_agents_thread_into_their_own_sessions(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    url = served[0]
+    clients = 20
+    conversations: list[list[dict[str, Any]]] = [[] for _ in range(clients)]
+    sdk = client(url, hub_key, mode="observe")
+
+    def step(n: int, *, sub_agent: bool = False) -> None:
+        marker = f"user_x_account_y_session_{n}"
+        system = f"Sub-agent of {n}: search." if sub_agent else f"You are agent {n}."
+        messages = (
+            conversations[n] if not sub_agent else [{"role": "user", "content": f"search for {n}"}]
+        )
+        if not sub_agent:
+            messages.append({"role": "user", "content": f"task {len(messages)} of agent {n}"})
+        answer = sdk.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=64,
+            system=system,
+            messages=messages,
+            metadata={"user_id": marker},
+        )
+        if not sub_agent:
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in answer.content],
+                }
+            )
+
+    for turn in range(3):
+        for n in range(clients):
+            upstream.script(Text(f"answer {turn} to {n}"))
+            step(n)
+            if turn == 1 and n % 4 == 0:
+                upstream.script(Text("found it"))
+                step(n, sub_agent=True)
+    sessions = GatewaySession.objects.select_related("session")
+    wait_for(lambda: Exchange.objects.count() == 3 * clients + clients // 4)
+    parents = [g for g in sessions if g.parent_id is None]
+    children = [g for g in sessions if g.parent_id is not None]
+    assert len(parents) == clients
+    assert len(children) == clients // 4
+    for gateway in parents:
+        n = int(gateway.client_session.rsplit("_", 1)[1])
+        stored = [
+            json.loads(raw)
+            for raw in RawMessage.objects.filter(session=gateway.session_id)
+            .order_by("seq")
+            .values_list("raw", flat=True)
+        ]
+        assert stored[0]["content"] == f"You are agent {n}."
+        assert stored[1:] == conversations[n]  # every message once, none of another agent's
+    for gateway in children:
+        parent = GatewaySession.objects.get(pk=gateway.parent_id)
+        assert parent.client_session == gateway.client_session
+        assert Message.objects.filter(session=gateway.session_id).count() == 3
+
+
+def test_upstream_errors_reach_the_client_as_the_provider_sent_them(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    sdk = client(served[0], hub_key, mode="govern")
+    ask = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    upstream.script(
+        Error(
+            429,
+            {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
+            {"retry-after": "7"},
+        )
+    )
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        sdk.messages.create(**ask)
+    assert limited.value.response.headers["retry-after"] == "7"
+    assert limited.value.body == {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": "slow down"},
+    }
+    upstream.script(
+        Error(
+            529,
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            {},
+        )
+    )
+    with pytest.raises(anthropic.InternalServerError) as overloaded:
+        sdk.messages.create(**ask)
+    assert overloaded.value.status_code == 529
+    # A retry of the same request after the errors finds the same session, nothing doubled.
+    sdk.messages.create(**ask)
+    session = only_session()
+    wait_for(lambda: Exchange.objects.filter(session=session).count() == 3)
+    assert session.messages.count() == 2  # the prompt, then the one answer
+    statuses = sorted(Exchange.objects.filter(session=session).values_list("status", flat=True))
+    assert statuses == [200, 429, 529]
+
+
+def test_a_wrong_body_or_key_is_refused_in_the_providers_shape_and_nothing_is_stored(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    url = served[0]
+    endpoint = f"{url}/gateway/anthropic/v1/messages"
+    headers = {
+        "x-api-key": PROVIDER_KEY,
+        "x-ctxhub-key": hub_key,
+        "anthropic-version": "2023-06-01",
+    }
+    bad = httpx.post(
+        endpoint,
+        content=b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}',
+        headers=headers,
+    )
+    assert bad.status_code == 400
+    assert bad.json() == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "messages[0].role: must be user or assistant",
+        },
+    }
+    assert not AgentSession.objects.exists()
+    assert not upstream.received
+    with pytest.raises(anthropic.AuthenticationError):
+        client(url, "ctxh_000000000000_wrong", mode="observe").messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+    without_provider_key = httpx.post(
+        endpoint,
+        json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        headers={"x-api-key": hub_key},
+    )
+    assert without_provider_key.status_code == 401
+    assert "X-Ctxhub-Key" in without_provider_key.json()["error"]["message"]
+    assert not AgentSession.objects.exists()
+    assert not upstream.received
+
+
+def test_a_client_that_goes_away_mid_stream_cancels_the_upstream_and_keeps_what_came(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    upstream.script(Slow(Text("one two three four five six seven eight nine ten"), 0.2))
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [{"role": "user", "content": "count"}],
+    }
+    headers = {"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key}
+    with (
+        httpx.Client() as http,
+        http.stream(
+            "POST", f"{served[0]}/gateway/anthropic/v1/messages", json=body, headers=headers
+        ) as answer,
+    ):
+        for chunk in answer.iter_raw():
+            if b"two" in chunk:
+                break
+    upstream.wait_for_cancelled(1)
+    session = only_session()
+    wait_for(lambda: Exchange.objects.filter(session=session).exists())
+    exchange = Exchange.objects.get(session=session)
+    assert exchange.response_seq is None
+    assert "went away" in exchange.error
+    assert "one" in exchange.unfinished
+    assert session.messages.count() == 1  # the prompt; the cut answer is not in the log
+
+
+def test_an_upstream_that_does_not_answer_in_time_is_a_504(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    sdk = client(served[0], hub_key, mode="observe")
+    upstream.script(Slow(Text("late"), TIMEOUT_SECONDS + 2))
+    with pytest.raises(anthropic.APIStatusError) as late:
+        sdk.messages.create(
+            model="claude-sonnet-4-6", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert late.value.status_code == 504
+    assert late.value.body["error"]["type"] == "timeout_error"

@@ -33,7 +33,8 @@ The chain hashes an item's ``value``, which is the item as the client sends it b
 parsed item without what the server assigns and Codex leaves out when it replays its history
 (an item's ``id``, unless it names another item, and its ``status``; a text part's
 ``annotations`` and ``logprobs``), a message in its full form (a string content as its one
-text part) and a call's arguments written compactly, as pydantic-ai sends them. The stored truth is ``raw``, the exact text, from which ``render`` rewrites.
+text part) and a call's arguments written compactly, as pydantic-ai sends them. The stored
+truth is ``raw``, the exact text, from which ``render`` rewrites.
 
 A response is stored as its ``output`` array (``StoredResponse.raw`` its exact text,
 ``value`` the list of its items' values) with one view of all its items; ``response_items``
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import binascii
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,7 +68,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest
+from gateway.wire import StoredResponse, WireMessage, WireRequest, storable
 from gateway.wire.spans import (
     BodyError,
     Span,
@@ -101,7 +101,6 @@ _FINISH: dict[str, FinishReason] = {
     "failed": "error",
     "cancelled": "error",
 }
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTEXT_PREFIXES = ("<", "# AGENTS.md instructions")
 """How Codex's context messages open (``<environment_context>``, ``<user_instructions>``, the
 AGENTS.md text): sent as user messages before the first prompt, they make no title."""
@@ -110,7 +109,6 @@ AGENTS.md text): sent as user messages before the first prompt, they make no tit
 def parse(body: bytes) -> WireRequest:
     """A Responses request read: a BodyError names the first field that is wrong."""
     text, members = read_body(body)
-    _no_lone_surrogates(members)
     model = _string(members, "model")
     _stateless(members)
     messages: list[WireMessage] = []
@@ -133,26 +131,6 @@ def parse(body: bytes) -> WireRequest:
         client_session=_client_session(members),
         title=_title(messages),
     )
-
-
-def _no_lone_surrogates(members: dict[str, Span]) -> None:
-    """A string escaping half a surrogate pair (``"\\ud800"``) is valid JSON that no UTF-8 text
-    can hold: PostgreSQL refuses it in a JSON column and a rewritten body cannot be encoded to
-    be forwarded. Refused here, naming where it is; walked without recursion, since the decoder
-    accepts deeper nesting than Python's stack takes comfortably."""
-    stack: list[tuple[str, Any]] = [(name, span.value) for name, span in members.items()]
-    while stack:
-        field, value = stack.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                raise BodyError(field, "a lone surrogate escape is not text")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                if _SURROGATE.search(key):
-                    raise BodyError(field, "a lone surrogate escape in a key is not text")
-                stack.append((f"{field}.{key}", item))
-        elif isinstance(value, list):
-            stack.extend((f"{field}[{i}]", item) for i, item in enumerate(value))
 
 
 def _string(members: dict[str, Span], name: str) -> str:
@@ -194,25 +172,27 @@ def _stateless(members: dict[str, Span]) -> None:
 
 
 def _instructions(span: Span) -> WireMessage:
-    if not isinstance(span.value, str):
+    text = storable(span.text, span.value)
+    if not isinstance(text, str):
         raise BodyError("instructions", "must be a string")
-    value = {"type": INSTRUCTIONS, "instructions": span.value}
+    value = {"type": INSTRUCTIONS, "instructions": text}
     raw = f"{_INSTRUCTIONS_PREFIX},{json.dumps(INSTRUCTIONS)}:{span.text}}}"
-    return WireMessage(raw, value, ModelRequest(parts=[SystemPromptPart(span.value)]))
+    return WireMessage(raw, value, ModelRequest(parts=[SystemPromptPart(text)]))
 
 
 def _input(members: dict[str, Span]) -> list[tuple[str, Any]]:
-    """Each input item's exact text and value. A string ``input`` is one user message, whose
-    text is the string's own JSON in an easy-form message."""
+    """Each input item's exact text and value (a NUL or half a surrogate pair read as U+FFFD,
+    the text left as written). A string ``input`` is one user message, whose text is the
+    string's own JSON in an easy-form message."""
     span = members.get("input")
     if span is None:
         raise BodyError("input", "required")
     if isinstance(span.value, str):
         raw = f'{{"role":"user","content":{span.text}}}'
-        return [(raw, {"role": "user", "content": span.value})]
+        return [(raw, {"role": "user", "content": storable(span.text, span.value)})]
     if not isinstance(span.value, list):
         raise BodyError("input", "must be a string or an array of items")
-    return [(item.text, item.value) for item in array_spans(span, "input")]
+    return [(item.text, storable(item.text, item.value)) for item in array_spans(span, "input")]
 
 
 def _client_session(members: dict[str, Span]) -> str | None:
@@ -530,7 +510,7 @@ def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[in
     if stored is not None:
         if stored.raw.startswith(_INSTRUCTIONS_PREFIX):
             return stored.raw
-        item = json.loads(stored.raw)  # the exact item, every key in its order
+        item = storable(stored.raw, json.loads(stored.raw))  # every key in its order
         if changed is not None and len(view.parts) == len(stored.view.parts):
             if not changed:
                 return stored.raw
@@ -763,7 +743,7 @@ def response(text: str) -> StoredResponse | None:
     if output is None or not isinstance(output.value, list):
         return None
     head = {key: span.value for key, span in members.items() if key != "output"}
-    return _stored(output.text, output.value, head)
+    return _stored(output.text, storable(output.text, output.value), head)
 
 
 def response_items(stored: StoredResponse) -> list[WireMessage]:
@@ -775,13 +755,14 @@ def response_items(stored: StoredResponse) -> list[WireMessage]:
     spans = array_spans(Span(stored.raw, 0, len(stored.raw), stored.value), "output")
     messages: list[WireMessage] = []
     for index, span in enumerate(spans):
-        view = _output_view(span.value)
+        item = storable(span.text, span.value)
+        view = _output_view(item)
         view.model_name = stored.view.model_name
         view.provider_response_id = stored.view.provider_response_id
         if index == len(spans) - 1:
             view.usage = stored.view.usage
             view.finish_reason = stored.view.finish_reason
-        messages.append(WireMessage(span.text, _meaning(span.value), view))
+        messages.append(WireMessage(span.text, _meaning(item), view))
     return messages
 
 
@@ -897,14 +878,14 @@ class StreamAssembler:
     def result(self) -> StoredResponse | None:
         """The response so far (all of it once the stream ended); None before any item."""
         if self.output is not None:
-            return _stored(self.output, json.loads(self.output), self.head)
+            return _stored(self.output, storable(self.output, json.loads(self.output)), self.head)
         texts = dict(self.done_items)
         for index, item in self.partial.items():
             texts.setdefault(index, json.dumps(item, ensure_ascii=False))
         if not texts:
             return None
         raw = "[" + ",".join(texts[index] for index in sorted(texts)) + "]"
-        return _stored(raw, json.loads(raw), self.head)
+        return _stored(raw, storable(raw, json.loads(raw)), self.head)
 
 
 def _member_text(text: str, name: str) -> str:

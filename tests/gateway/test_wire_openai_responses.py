@@ -422,7 +422,6 @@ def test_the_providers_stored_state_is_refused_naming_the_field(field: str) -> N
         (b'{"model": "m", "input": [], "tools": {}}', "tools"),
         (b'{"model": "m", "input": [], "tools": [{"name": "x"}]}', "tools[0].type"),
         (b'{"model": "m", "input": [], "tools": [{"type": "function"}]}', "tools[0].name"),
-        (b'{"model": "m", "input": "bad \\ud800 half"}', "input"),
         (b'{"model": "m", "input": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "input"),
         (b'{"model": "m", "input": []} trailing', ""),
         ('{"model": "caf\u00e9"}'.encode("latin-1"), ""),
@@ -624,6 +623,11 @@ def test_the_output_sent_back_continues_the_chain(client: str) -> None:
     assert [chain.canonical(m.value) for m in following.messages[2:5]] == [
         chain.canonical(i.value) for i in items
     ]
+    # The SDK's dumps hash alike even as written; what Codex and the Agents SDK leave out (the
+    # items' ids and statuses, the text parts' annotations) only as the items' values.
+    as_written = [chain.canonical(json.loads(i.raw)) for i in items]
+    alike = [chain.canonical(item) for item in sent] == as_written
+    assert alike == client.startswith(("sdk", "agents to_input_list"))
 
 
 # --- the stream --------------------------------------------------------------------------------
@@ -900,3 +904,35 @@ async def test_pydantic_ai_sends_the_offline_answers_back_as_the_chain_goes_on()
         [chain.canonical(i.value) for i in items],
     )
     assert chain.hashes(wire.WIRE, [m.value for m in second.messages])[: len(chained)] == chained
+
+
+def test_a_nul_or_half_a_surrogate_pair_is_kept_as_written_and_read_as_a_replacement() -> None:
+    body = (
+        b'{"model": "m", "instructions": "be \\u0000 brief", "input": [{"role": "user",'
+        b' "content": "bad \\ud800 half"}, {"type": "function_call_output", "call_id": "c",'
+        b' "output": "x\\udfffy", "status": "completed"}]}'
+    )
+    request = wire.parse(body)
+    instructions, prompt, result = request.messages
+    assert instructions.view.parts[0].content == "be \ufffd brief"
+    assert prompt.raw == '{"role": "user", "content": "bad \\ud800 half"}'
+    assert prompt.view.parts[0].content == "bad \ufffd half"
+    assert wire.body(request, [m.raw for m in request.messages]) == body
+    assert chain.hashes(wire.WIRE, [m.value for m in request.messages])
+    masked = ModelRequest(parts=[ToolReturnPart("tool", "[masked]", tool_call_id="c")])
+    written = (
+        wire.render(prompt.view, prompt, None) + "," + wire.render(masked, result, frozenset({0}))
+    )
+    assert json.loads(wire.body(request, [instructions.raw, written]))["input"] == [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "bad \ufffd half"}],
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": "[masked]",
+            "status": "completed",
+        },
+    ]

@@ -9,7 +9,9 @@ The canonical form is what a message means, not how a client happened to write i
 sorted; ``null``, empty-list and empty-content members dropped; cache markers dropped
 (``cache_control``, ``prompt_cache_breakpoint``: clients move their cache breakpoints from
 request to request); a string content read as the one text block it stands for; and a
-streamed tool call's ``index`` (an artefact of how OpenAI's stream was put together) dropped.
+streamed tool call's ``index`` (an artefact of how OpenAI's stream was put together) dropped;
+a tool call's ``arguments``, a JSON text, read for what it says (the provider writes
+``{"path": "a"}``, pydantic-ai sends back ``{"path":"a"}``).
 A response the gateway stored as the upstream streamed it and the same response as the
 client's SDK sends it back then hash alike.
 """
@@ -32,9 +34,22 @@ def _said(key: str, item: Any, value: dict[str, Any]) -> bool:
     return not (key == "index" and "function" in value)
 
 
+def _arguments(text: str) -> Any:
+    try:
+        return {"json": _meaning(json.loads(text))}
+    except ValueError:
+        return text
+
+
 def _meaning(value: Any) -> Any:
     if isinstance(value, dict):
-        kept = {key: _meaning(item) for key, item in value.items() if _said(key, item, value)}
+        kept = {
+            key: _arguments(item)
+            if key == "arguments" and isinstance(item, str)
+            else _meaning(item)
+            for key, item in value.items()
+            if _said(key, item, value)
+        }
         content = kept.get("content")
         if isinstance(content, str) and "role" in kept:
             kept["content"] = [{"type": "text", "text": content}]

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from gateway import offline
 from gateway.upstream import Answer
-from gateway.wire import WireRequest, anthropic
+from gateway.wire import WireRequest, anthropic, openai_chat
 
 OFFLINE = "offline"
 
@@ -53,12 +53,9 @@ ANTHROPIC_MESSAGES = Format(
 )
 
 
-def openai_chat() -> Format:
-    from gateway.wire import openai_chat as wire
-
-    return Format(
-        wire,
-        "/chat/completions",
-        "CTXHUB_GATEWAY_OPENAI_URL",
-        lambda request: offline.openai_chat(request, _include_usage(request)),
-    )
+OPENAI_CHAT = Format(
+    openai_chat,
+    "/chat/completions",
+    "CTXHUB_GATEWAY_OPENAI_URL",
+    lambda request: offline.openai_chat(request, _include_usage(request)),
+)

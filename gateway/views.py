@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from gateway import exchange
-from gateway.formats import ANTHROPIC_MESSAGES, openai_chat
+from gateway.formats import ANTHROPIC_MESSAGES, OPENAI_CHAT
 
 
 @csrf_exempt
@@ -24,4 +24,4 @@ async def anthropic_messages(request: HttpRequest) -> HttpResponseBase:
 @login_not_required
 @require_POST
 async def openai_chat_completions(request: HttpRequest) -> HttpResponseBase:
-    return await exchange.handle(request, openai_chat())
+    return await exchange.handle(request, OPENAI_CHAT)

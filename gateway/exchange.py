@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -59,6 +60,8 @@ def _mode(headers: dict[str, str]) -> str | None:
 class Outcome:
     """How an exchange ended, as it is recorded."""
 
+    wire: Any
+    """The wire module the exchange speaks."""
     thread: Thread | None
     governed: bool
     stream: bool
@@ -79,7 +82,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     except BodyError as error:
         return refusal(fmt.provider, Refused(400, error.message, field=error.field or None))
     thread, upstream_body, governed = await _prepare(who, parsed, fmt, headers, asked_mode)
-    outcome = Outcome(thread, governed, parsed.stream)
+    outcome = Outcome(fmt.wire, thread, governed, parsed.stream)
     try:
         answer = await _call(fmt, parsed, upstream_body, headers, who)
     except UpstreamTimeout as exc:
@@ -208,7 +211,7 @@ def _write(outcome: Outcome) -> None:
     response = outcome.response
     seq = None
     if response is not None and outcome.complete:
-        seq = threads.store_response(thread, response)
+        seq = threads.store_response(thread, outcome.wire.response_items(response))
     Exchange.objects.create(
         session=thread.session,
         governed=outcome.governed,

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from gateway import offline
 from gateway.upstream import Answer
-from gateway.wire import WireRequest, anthropic, openai_chat
+from gateway.wire import WireRequest, anthropic, openai_chat, openai_responses
 
 OFFLINE = "offline"
 
@@ -53,6 +53,9 @@ ANTHROPIC_MESSAGES = Format(
 )
 
 
+OPENAI_RESPONSES = Format(
+    openai_responses, "/responses", "CTXHUB_GATEWAY_OPENAI_URL", offline.openai_responses
+)
 OPENAI_CHAT = Format(
     openai_chat,
     "/chat/completions",

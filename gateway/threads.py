@@ -21,7 +21,7 @@ from django.db import transaction
 
 from gateway import chain
 from gateway.models import GatewaySession, RawMessage
-from gateway.wire import StoredResponse, WireMessage, WireRequest, storable_text
+from gateway.wire import WireMessage, WireRequest, storable_text
 from sessions.models import AgentSession, MessageSource
 from sessions.services.log import append_messages
 from sessions.services.tools import set_tools
@@ -135,20 +135,27 @@ def _store(
     )
 
 
-def store_response(thread: Thread, response: StoredResponse) -> int | None:
-    """The response appended after the request it answered: its seq. The session's tip moves
-    to it, so the client's next request, which carries it, continues the session. None, and
-    nothing stored, when another request of the session came first (a client that sent two
-    at once): the log goes on from that one."""
+def store_response(thread: Thread, items: Sequence[WireMessage]) -> int | None:
+    """The response appended after the request it answered, as the messages its client will
+    send back (one, or a Responses answer's items): the seq of the first. The session's tip
+    moves to the last, so the client's next request, which carries them, continues the session.
+    None, and nothing stored, when another request of the session came first (a client that
+    sent two at once: the log goes on from that one) or the response holds nothing."""
+    if not items:
+        return None
     with transaction.atomic():
         gateway = GatewaySession.objects.select_for_update().get(pk=thread.gateway.pk)
         if gateway.tip != thread.end:
             return None
-        (row,) = append_messages(thread.session, [response.view], source=MessageSource.GATEWAY)
-        value = chain.link(gateway.tip, response.value)
-        RawMessage.objects.create(
-            session=thread.session, seq=row.seq, raw=response.raw, chain=value
+        rows = append_messages(
+            thread.session, [item.view for item in items], source=MessageSource.GATEWAY
         )
-        gateway.tip = value
+        tip = gateway.tip
+        raws = []
+        for row, item in zip(rows, items, strict=True):
+            tip = chain.link(tip, item.value)
+            raws.append(RawMessage(session=thread.session, seq=row.seq, raw=item.raw, chain=tip))
+        RawMessage.objects.bulk_create(raws)
+        gateway.tip = tip
         gateway.save(update_fields=["tip"])
-    return row.seq
+    return rows[0].seq

@@ -10,4 +10,5 @@ app_name = "gateway"
 urlpatterns = [
     path("anthropic/v1/messages", views.anthropic_messages, name="anthropic_messages"),
     path("openai/v1/chat/completions", views.openai_chat_completions, name="openai_chat"),
+    path("openai/v1/responses", views.openai_responses, name="openai_responses"),
 ]

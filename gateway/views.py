@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from gateway import exchange
-from gateway.formats import ANTHROPIC_MESSAGES, OPENAI_CHAT
+from gateway.formats import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 
 @csrf_exempt
@@ -25,3 +25,10 @@ async def anthropic_messages(request: HttpRequest) -> HttpResponseBase:
 @require_POST
 async def openai_chat_completions(request: HttpRequest) -> HttpResponseBase:
     return await exchange.handle(request, OPENAI_CHAT)
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+async def openai_responses(request: HttpRequest) -> HttpResponseBase:
+    return await exchange.handle(request, OPENAI_RESPONSES)

@@ -23,6 +23,7 @@ __all__ = [
     "StoredResponse",
     "WireMessage",
     "WireRequest",
+    "one_message",
     "storable",
     "storable_text",
 ]
@@ -93,3 +94,9 @@ class StoredResponse:
     value: Any
     view: ModelResponse
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def one_message(stored: StoredResponse) -> list[WireMessage]:
+    """A response stored as one message (``response_items`` of a format whose answer is one
+    message, as Anthropic's and Chat Completions' are; a Responses answer is several items)."""
+    return [WireMessage(stored.raw, stored.value, stored.view)]

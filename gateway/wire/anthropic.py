@@ -39,7 +39,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest, storable
+from gateway.wire import StoredResponse, WireMessage, WireRequest, one_message, storable
 from gateway.wire.spans import (
     BodyError,
     Span,
@@ -365,6 +365,9 @@ def _block(part: Any) -> dict[str, Any]:
         }
     return {"type": "text", "text": str(getattr(part, "content", ""))}
 
+
+response_items = one_message
+"""The response as the log stores it: one message."""
 
 # --- reading the response ----------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest, storable
+from gateway.wire import StoredResponse, WireMessage, WireRequest, one_message, storable
 from gateway.wire.spans import (
     BodyError,
     Span,
@@ -595,6 +595,9 @@ def _content_part(item: Any) -> dict[str, Any]:
 def _image_url(url: str, detail: Any) -> dict[str, Any]:
     return {"url": url, "detail": detail} if isinstance(detail, str) else {"url": url}
 
+
+response_items = one_message
+"""The response as the log stores it: one message."""
 
 # --- reading the response ----------------------------------------------------------------------
 

@@ -232,3 +232,60 @@ def test_pydantic_ai_agents_run_through_the_gateway_on_both_providers(
         # One session each, ten exchanges (a call and an answer for each of five prompts), and
         # every message once: the system prompt, then five times prompt, call, result, answer.
         assert RawMessage.objects.filter(session=gateway.session_id).count() == 1 + 5 * 4
+
+
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": "read_file",
+        "description": "Read a file of the repository.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    }
+]
+
+
+def test_the_responses_api_stateless_as_codex_uses_it(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    sent: list[bytes] = []
+    client = sdk(served[0], hub_key, "govern", sent)
+    items: list[Any] = [{"role": "user", "content": "Read the README."}]
+    for turn in range(20):
+        upstream.script(ToolCalls([("read_file", {"path": f"{turn}.md"})]), Text(f"read {turn}"))
+        for _ in range(2):
+            ask: dict[str, Any] = {
+                "model": "gpt-5",
+                "instructions": "You are a coding agent.",
+                "input": items,
+                "tools": RESPONSES_TOOLS,
+                "store": False,
+            }
+            if turn % 2:
+                with client.responses.stream(**ask) as stream:
+                    response = stream.get_final_response()
+            else:
+                response = client.responses.create(**ask)
+            items += [item.model_dump(exclude_none=True) for item in response.output]
+            calls = [item for item in response.output if item.type == "function_call"]
+            items += [
+                {"type": "function_call_output", "call_id": c.call_id, "output": f"{c.arguments}"}
+                for c in calls
+            ]
+        items.append({"role": "user", "content": f"Now #{turn + 1}."})
+    session = only_session()
+    wait_for(lambda: Exchange.objects.filter(session=session).count() == 40)
+    # One session: the instructions, then every item once (the last prompt was never sent).
+    assert RawMessage.objects.filter(session=session).count() == 1 + len(items) - 1
+    assert SentRequest.objects.filter(session=session).count() == 40
+    refused = httpx2.post(
+        f"{served[0]}/gateway/openai/v1/responses",
+        json={"model": "gpt-5", "input": "hi", "previous_response_id": "resp_1"},
+        headers={"Authorization": f"Bearer {PROVIDER_KEY}", "X-Ctxhub-Key": hub_key},
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "previous_response_id"
+    assert "input" in refused.json()["error"]["message"]

@@ -24,9 +24,18 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.utils import timezone
 
+from ctxhub.governance import count_tokens as count_tokens_of
+from ctxhub.governance import tool_definition_tokens
+from ctxhub.governance.tokens import tokenizer_for
 from gateway import threads
 from gateway.access import AUTH_HEADERS, Caller, caller
 from gateway.errors import Refused, refusal
@@ -224,3 +233,33 @@ def _write(outcome: Outcome) -> None:
         usage=response.extra.get("usage", {}) if response is not None else {},
         finished_at=timezone.now(),
     )
+
+
+async def count_tokens(request: HttpRequest, fmt: Format) -> HttpResponseBase:
+    """Anthropic's ``count_tokens``: a question about a request, not a turn of the session, so
+    nothing is stored; the upstream answers it (the offline one counts with the engine's
+    tokenizer)."""
+    headers = _headers(request)
+    try:
+        who: Caller = await stored(caller, headers, needs_provider_key=not fmt.is_offline)
+        parsed: WireRequest = fmt.wire.parse(request.body)
+    except Refused as refused:
+        return refusal(fmt.provider, refused)
+    except BodyError as error:
+        return refusal(fmt.provider, Refused(400, error.message, field=error.field or None))
+    if fmt.is_offline:
+        model = f"{fmt.provider}:{parsed.model}"
+        tokens = count_tokens_of([m.view for m in parsed.messages], model=model)
+        tools = tool_definition_tokens(parsed.tools, tokenizer_for(model)) if parsed.tools else 0
+        return JsonResponse({"input_tokens": tokens + tools})
+    sent = {**forwarded(headers, drop=AUTH_HEADERS), **who.provider_headers}
+    try:
+        answer = await call(fmt.base_url + fmt.path + "/count_tokens", request.body, sent)
+        body = b"".join([chunk async for chunk in answer.chunks])
+    except UpstreamTimeout as exc:
+        return refusal(fmt.provider, Refused(504, f"the upstream did not answer in time ({exc})"))
+    except UpstreamUnreachable as exc:
+        return refusal(fmt.provider, Refused(502, f"the upstream could not be reached ({exc})"))
+    counted = HttpResponse(body, status=answer.status)
+    _copy_headers(counted, answer, {})
+    return counted

@@ -9,6 +9,11 @@ app_name = "gateway"
 # The SDKs' base URLs: http://hub/gateway/anthropic and http://hub/gateway/openai/v1.
 urlpatterns = [
     path("anthropic/v1/messages", views.anthropic_messages, name="anthropic_messages"),
+    path(
+        "anthropic/v1/messages/count_tokens",
+        views.anthropic_count_tokens,
+        name="anthropic_count_tokens",
+    ),
     path("openai/v1/chat/completions", views.openai_chat_completions, name="openai_chat"),
     path("openai/v1/responses", views.openai_responses, name="openai_responses"),
 ]

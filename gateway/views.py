@@ -32,3 +32,10 @@ async def openai_chat_completions(request: HttpRequest) -> HttpResponseBase:
 @require_POST
 async def openai_responses(request: HttpRequest) -> HttpResponseBase:
     return await exchange.handle(request, OPENAI_RESPONSES)
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+async def anthropic_count_tokens(request: HttpRequest) -> HttpResponseBase:
+    return await exchange.count_tokens(request, ANTHROPIC_MESSAGES)

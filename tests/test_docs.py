@@ -34,7 +34,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"python", "sh", "bash", "console"}
-SHOWN = {"text", "yaml", "caddy", "nginx"}
+SHOWN = {"text", "yaml", "toml", "caddy", "nginx"}
 MARKER = re.compile(r"^<!-- docs-test: (?P<what>skip|hub)(?: \((?P<why>[^)]+)\))? -->$")
 # What a shell example may read from the checkout (copied into its directory).
 CHECKOUT_FILES = [".env.example", "docker-compose.yml", "deploy/Caddyfile"]

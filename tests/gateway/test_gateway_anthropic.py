@@ -411,3 +411,19 @@ def test_an_upstream_that_does_not_answer_in_time_is_a_504(
         )
     assert late.value.status_code == 504
     assert late.value.body["error"]["type"] == "timeout_error"
+
+
+def test_count_tokens_is_the_upstreams_answer_and_stores_nothing(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    sdk = client(served[0], hub_key, mode="govern")
+    ask: dict[str, Any] = {
+        "model": "claude-sonnet-4-6",
+        "system": "You are a careful coder.",
+        "messages": [{"role": "user", "content": "How long is this?"}],
+        "tools": TOOLS,
+    }
+    counted = sdk.messages.count_tokens(**ask)
+    direct = httpx.post(f"{upstream.url}/v1/messages/count_tokens", json=ask).json()
+    assert counted.input_tokens == direct["input_tokens"] > 0
+    assert not AgentSession.objects.exists()

@@ -38,5 +38,5 @@ def governed_body(session: AgentSession, request: WireRequest, wire: Any) -> byt
         seq = context.seq_of(entry.index)
         stored = request.messages[seq] if seq is not None and seq < len(request.messages) else None
         written.append(wire.render(message, stored, changed_parts(entry)))
-    body: bytes = wire.body(request, written)
+    body: bytes = wire.body(request, wire.with_breakpoint(request, written))
     return body

@@ -283,6 +283,34 @@ def body(request: WireRequest, messages: list[str]) -> bytes:
     return replace_items(request.text, request.members["messages"], kept, originals).encode()
 
 
+MAX_BREAKPOINTS = 4
+"""Anthropic's limit of ``cache_control`` breakpoints in one request."""
+BREAKPOINT = {"type": "ephemeral"}
+
+
+def with_breakpoint(request: WireRequest, messages: list[str]) -> list[str]:
+    """The governed messages with a cache breakpoint at their end, where the prompt cache pays:
+    between the Governor's actions the next request is this one with new messages after it, so
+    all of this one is the stable prefix. The client's own breakpoints stay where it put them;
+    none is added when the last block has one or the request already holds the four allowed."""
+    if not messages or _breakpoints(request, messages) >= MAX_BREAKPOINTS:
+        return messages
+    last = json.loads(messages[-1])
+    blocks = _blocks(last)
+    if last.get("role") == SYSTEM or not blocks or "cache_control" in blocks[-1]:
+        return messages
+    blocks = [*blocks[:-1], {**blocks[-1], "cache_control": BREAKPOINT}]
+    return [*messages[:-1], json.dumps({**last, "content": blocks}, ensure_ascii=False)]
+
+
+def _breakpoints(request: WireRequest, messages: list[str]) -> int:
+    """The breakpoints the request holds: in the client's system prompt and tools, and in the
+    messages sent (as a key, ``"cache_control"`` is never inside a JSON string, where its
+    quotes would be escaped)."""
+    head = [request.members[name].text for name in ("system", "tools") if name in request.members]
+    return sum(text.count('"cache_control"') for text in (*head, *messages))
+
+
 def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[int] | None) -> str:
     """A governed message as JSON text. ``stored``: the client's message it stands for (None:
     one governance added); ``changed``: the indexes of the parts governance rewrote in place

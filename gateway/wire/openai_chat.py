@@ -384,6 +384,12 @@ def body(request: WireRequest, messages: list[str]) -> bytes:
     return replace_items(request.text, request.members["messages"], messages, originals).encode()
 
 
+def with_breakpoint(request: WireRequest, messages: list[str]) -> list[str]:
+    """The governed messages as they are: OpenAI caches a request's longest known prefix by
+    itself, with no breakpoint to place."""
+    return messages
+
+
 def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[int] | None) -> str:
     """A governed message as JSON text. ``stored``: the client's message it stands for (None:
     one governance added); ``changed``: the indexes of the parts governance rewrote in place

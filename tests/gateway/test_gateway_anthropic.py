@@ -15,6 +15,7 @@ import httpx
 import httpx2
 import pytest
 
+from gateway.chain import canonical
 from gateway.models import Exchange, GatewaySession, RawMessage
 from sessions.api.keys import create_key
 from sessions.models import AgentSession, Message, SentRequest
@@ -217,12 +218,11 @@ def test_govern_mode_sends_the_governors_request_within_the_window_with_pairs_an
                 if block["type"] == "thinking":
                     assert block["signature"].startswith("c2l")
     # Between the Governor's actions, a request is the previous one with the new messages
-    # after it: the provider's cache reads all of it.
-    grown = sum(
-        1
-        for before, after in itertools.pairwise(bodies)
-        if after["messages"][: len(before["messages"])] == before["messages"]
-    )
+    # after it (the breakpoint the gateway places at its end aside): the provider's cache reads
+    # all of it.
+    sent = [[canonical(message) for message in body["messages"]] for body in bodies]
+    grown = sum(1 for before, after in itertools.pairwise(sent) if after[: len(before)] == before)
+    assert all("cache_control" in body["messages"][-1]["content"][-1] for body in bodies)
     assert grown / (len(bodies) - 1) >= 0.9
     acted = [r for r in requests if r.acted]
     assert acted, "the window never acted: the test's history was too small"

@@ -332,3 +332,25 @@ def test_the_sdk_reads_the_offline_answers(monkeypatch: pytest.MonkeyPatch) -> N
         p.content for p in stored.view.parts if isinstance(p, TextPart)
     ]
     assert anthropic.__version__
+
+
+def test_a_breakpoint_goes_at_the_end_unless_the_client_placed_one_or_four() -> None:
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    request = wire.parse(body)
+    written = wire.with_breakpoint(request, [m.raw for m in request.messages])
+    assert json.loads(written[-1]) == {
+        "role": "user",
+        "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+    }
+    request = wire.parse(BODY)  # the tool result before last carries the client's breakpoint
+    raws = [m.raw for m in request.messages]
+    assert json.loads(wire.with_breakpoint(request, raws)[-1])["content"][-1]["cache_control"]
+    assert wire.with_breakpoint(request, raws)[:-1] == raws[:-1]
+    crowded = json.loads(BODY)
+    crowded["tools"] = [
+        {**tool, "cache_control": {"type": "ephemeral"}} for tool in crowded["tools"]
+    ]
+    crowded["system"] = crowded["system"] * 2
+    request = wire.parse(json.dumps(crowded).encode())  # four already: none added
+    raws = [m.raw for m in request.messages]
+    assert wire.with_breakpoint(request, raws) == raws

@@ -40,7 +40,7 @@ from gateway import threads
 from gateway.access import AUTH_HEADERS, Caller, caller
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
-from gateway.governing import governed_body
+from gateway.governing import GovernedRequest, governed_request, recovered
 from gateway.models import Exchange, Mode
 from gateway.storage import stored
 from gateway.threads import Thread
@@ -90,10 +90,14 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         return refusal(fmt.provider, refused)
     except BodyError as error:
         return refusal(fmt.provider, Refused(400, error.message, field=error.field or None))
-    thread, upstream_body, governed = await _prepare(who, parsed, fmt, headers, asked_mode)
-    outcome = Outcome(fmt.wire, thread, governed, parsed.stream)
+    thread, governed = await _prepare(who, parsed, fmt, headers, asked_mode)
+    outcome = Outcome(fmt.wire, thread, governed is not None, parsed.stream)
     try:
+        upstream_body = parsed.text.encode() if governed is None else governed.body
         answer = await _call(fmt, parsed, upstream_body, headers, who)
+        if governed is not None and answer.status in OVERFLOW_STATUSES:
+            assert thread is not None
+            answer = await _recover(answer, thread, parsed, fmt, governed, headers, who)
     except UpstreamTimeout as exc:
         outcome.error = f"the upstream did not answer in time ({exc})"
         await _record(outcome)
@@ -103,7 +107,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         await _record(outcome)
         return refusal(fmt.provider, Refused(502, outcome.error))
     outcome.status = answer.status
-    extra = {"X-Ctxhub-Governed": "yes" if governed else "no"}
+    extra = {"X-Ctxhub-Governed": "yes" if governed is not None else "no"}
     if thread is not None:
         extra["X-Ctxhub-Session"] = str(thread.session.pk)
     streamed = answer.status < 400 and "text/event-stream" in (answer.header("content-type") or "")
@@ -130,9 +134,9 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
 
 async def _prepare(
     who: Caller, parsed: WireRequest, fmt: Format, headers: dict[str, str], asked_mode: str | None
-) -> tuple[Thread | None, bytes, bool]:
-    """The request's session (None when storage is away), the body the upstream gets, and
-    whether it is the Governor's."""
+) -> tuple[Thread | None, GovernedRequest | None]:
+    """The request's session (None when storage is away) and, in govern mode, the Governor's
+    request (None: the upstream gets the client's own)."""
     try:
         thread = await stored(
             threads.thread,
@@ -144,18 +148,41 @@ async def _prepare(
         )
     except DatabaseError as exc:
         log.warning("gateway: request forwarded unrecorded, storage is away: %s", exc)
-        return None, parsed.text.encode(), False
+        return None, None
     mode = asked_mode or thread.gateway.mode
     if mode != Mode.GOVERN:
-        return thread, parsed.text.encode(), False
+        return thread, None
     try:
-        body = await stored(governed_body, thread.session, parsed, fmt.wire)
+        return thread, await stored(governed_request, thread.session, parsed, fmt.wire)
     except DatabaseError as exc:
         log.warning(
             "gateway: session %s forwarded ungoverned, storage is away: %s", thread.session.pk, exc
         )
-        return thread, parsed.text.encode(), False
-    return thread, body, True
+        return thread, None
+
+
+OVERFLOW_STATUSES = frozenset({400, 413})
+"""The statuses a provider refuses a too-long request with."""
+
+
+async def _recover(
+    refused: Answer,
+    thread: Thread,
+    parsed: WireRequest,
+    fmt: Format,
+    governed: GovernedRequest,
+    headers: dict[str, str],
+    who: Caller,
+) -> Answer:
+    """The answer to the request shrunk once, when ``refused`` says it was too long; else
+    ``refused`` itself, as it came."""
+    body = b"".join([chunk async for chunk in refused.chunks])
+    error = body.decode("utf-8", "replace")
+    retry = await stored(recovered, thread.session, parsed, fmt.wire, governed, error)
+    if retry is None:
+        return refused.replayed(body)
+    log.info("gateway: session %s refused as too long, sent again shrunk", thread.session.pk)
+    return await _call(fmt, parsed, retry, headers, who)
 
 
 async def _call(

@@ -47,6 +47,17 @@ class Answer:
     def header(self, name: str) -> str | None:
         return next((value for key, value in self.headers if key.lower() == name), None)
 
+    def replayed(self, body: bytes) -> Answer:
+        """This answer again, its body already read."""
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield body
+
+        async def closed() -> None:
+            return None
+
+        return Answer(self.status, self.headers, chunks(), closed)
+
 
 class UpstreamTimeout(Exception):
     """The upstream did not answer (or stopped answering) within the timeout."""

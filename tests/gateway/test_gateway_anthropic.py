@@ -427,3 +427,43 @@ def test_count_tokens_is_the_upstreams_answer_and_stores_nothing(
     direct = httpx.post(f"{upstream.url}/v1/messages/count_tokens", json=ask).json()
     assert counted.input_tokens == direct["input_tokens"] > 0
     assert not AgentSession.objects.exists()
+
+
+def test_a_request_refused_as_too_long_is_shrunk_once_and_sent_again_in_govern_mode(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    too_long = Error(
+        400,
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "prompt is too long: 210000 tokens > 200000 maximum",
+            },
+        },
+        {},
+    )
+    messages = tool_loop(client(served[0], hub_key, mode="govern"), 12)
+    upstream.reset()
+    upstream.script(too_long, Text("fits now"))
+    answer = client(served[0], hub_key, mode="govern").messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=64,
+        system="You are a careful coder.",
+        messages=messages,
+        tools=TOOLS,
+    )
+    assert answer.content[0].type == "text"
+    refused, retried = (body["messages"] for body in upstream.bodies("/v1/messages"))
+    assert len(retried) < len(refused)
+    assert retried[-1]["content"] == refused[-1]["content"]  # the latest request stays
+    blocks = [b for m in retried if isinstance(m["content"], list) for b in m["content"]]
+    called = {b["id"] for b in blocks if b["type"] == "tool_use"}
+    assert all(b["tool_use_id"] in called for b in blocks if b["type"] == "tool_result")
+    # In observe mode the refusal reaches the client as it came.
+    upstream.script(too_long)
+    with pytest.raises(anthropic.BadRequestError) as passed_on:
+        client(served[0], hub_key, mode="observe").messages.create(
+            model="claude-sonnet-4-6", max_tokens=64, messages=messages, tools=TOOLS
+        )
+    assert "prompt is too long" in str(passed_on.value)

@@ -41,6 +41,7 @@ from gateway.access import AUTH_HEADERS, Caller, caller
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
 from gateway.governing import GovernedRequest, governed_request, recovered
+from gateway.live import LiveAnswer
 from gateway.models import Exchange, Mode
 from gateway.storage import stored
 from gateway.threads import Thread
@@ -112,7 +113,9 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         extra["X-Ctxhub-Session"] = str(thread.session.pk)
     streamed = answer.status < 400 and "text/event-stream" in (answer.header("content-type") or "")
     if streamed:
-        relayed = StreamingHttpResponse(_relay(answer, fmt, outcome), status=answer.status)
+        relayed = StreamingHttpResponse(
+            _relay(answer, fmt, outcome, parsed.model), status=answer.status
+        )
         _copy_headers(relayed, answer, extra)
         return relayed
     try:
@@ -201,18 +204,22 @@ def _copy_headers(response: HttpResponseBase, answer: Answer, extra: dict[str, s
         response[name] = value
 
 
-async def _relay(answer: Answer, fmt: Format, outcome: Outcome) -> AsyncIterator[bytes]:
+async def _relay(answer: Answer, fmt: Format, outcome: Outcome, model: str) -> AsyncIterator[bytes]:
     """The upstream's bytes, as they come; the response assembled beside them is stored once
     the stream ends. A client that goes away closes the upstream call; what the model had
     answered by then is kept on the exchange, not in the log (the client never saw it whole,
     and its next request will not carry it)."""
     reader = EventReader()
     assembler = fmt.wire.StreamAssembler()
+    thread = outcome.thread
+    live = None if thread is None else await LiveAnswer.begin(thread.session, model)
     try:
         async for chunk in answer.chunks:
             for event in reader.feed(chunk):
                 assembler.feed(event)
             yield chunk
+            if live is not None:
+                await live.progressed(assembler)
         outcome.complete = True
     except (UpstreamTimeout, UpstreamUnreachable) as exc:
         outcome.error = f"the upstream's stream broke off ({exc})"
@@ -222,12 +229,14 @@ async def _relay(answer: Answer, fmt: Format, outcome: Outcome) -> AsyncIterator
         if not outcome.complete and not outcome.error:
             outcome.error = "the client went away mid-stream"
         outcome.response = assembler.result()
-        await asyncio.shield(_finish(answer, outcome))
+        await asyncio.shield(_finish(answer, outcome, live))
 
 
-async def _finish(answer: Answer, outcome: Outcome) -> None:
+async def _finish(answer: Answer, outcome: Outcome, live: LiveAnswer | None) -> None:
     await answer.close()
     await _record(outcome)
+    if live is not None:
+        await live.ended()
 
 
 async def _record(outcome: Outcome) -> None:

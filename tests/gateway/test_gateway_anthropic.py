@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -19,7 +19,7 @@ from gateway.chain import canonical
 from gateway.models import Exchange, GatewaySession, RawMessage
 from sessions.api.keys import create_key
 from sessions.models import AgentSession, Message, SentRequest
-from tests.conftest import ARTIFACTS
+from tests.gateway.conftest import TIMEOUT_SECONDS
 from tests.gateway.fake_upstream import (
     Error,
     FakeUpstream,
@@ -27,9 +27,7 @@ from tests.gateway.fake_upstream import (
     Text,
     Thinking,
     ToolCalls,
-    running_fake_upstream,
 )
-from tests.processes import asgi_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,25 +43,6 @@ TOOLS = [
         },
     }
 ]
-TIMEOUT_SECONDS = 3
-
-
-@pytest.fixture(scope="module")
-def served(django_db_setup: None) -> Iterator[tuple[str, FakeUpstream]]:
-    with running_fake_upstream() as upstream:
-        env = {
-            "CTXHUB_GATEWAY_ANTHROPIC_URL": upstream.url,
-            "CTXHUB_GATEWAY_OPENAI_URL": upstream.url + "/v1",
-            "CTXHUB_GATEWAY_TIMEOUT_SECONDS": str(TIMEOUT_SECONDS),
-        }
-        with asgi_server(ARTIFACTS / "logs" / "web-gateway.log", env=env) as url:
-            yield url, upstream
-
-
-@pytest.fixture
-def upstream(served: tuple[str, FakeUpstream]) -> FakeUpstream:
-    served[1].reset()
-    return served[1]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -23,9 +23,7 @@ from gateway.chain import canonical
 from gateway.models import Exchange, GatewaySession, RawMessage
 from sessions.api.keys import create_key
 from sessions.models import AgentSession, SentRequest
-from tests.conftest import ARTIFACTS
-from tests.gateway.fake_upstream import FakeUpstream, Text, ToolCalls, running_fake_upstream
-from tests.processes import asgi_server
+from tests.gateway.fake_upstream import FakeUpstream, Text, ToolCalls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,23 +42,6 @@ TOOLS = [
         },
     }
 ]
-
-
-@pytest.fixture(scope="module")
-def served(django_db_setup: None) -> Iterator[tuple[str, FakeUpstream]]:
-    with running_fake_upstream() as upstream:
-        env = {
-            "CTXHUB_GATEWAY_ANTHROPIC_URL": upstream.url,
-            "CTXHUB_GATEWAY_OPENAI_URL": upstream.url + "/v1",
-        }
-        with asgi_server(ARTIFACTS / "logs" / "web-gateway-openai.log", env=env) as url:
-            yield url, upstream
-
-
-@pytest.fixture
-def upstream(served: tuple[str, FakeUpstream]) -> FakeUpstream:
-    served[1].reset()
-    return served[1]
 
 
 @pytest.fixture

@@ -69,18 +69,40 @@ def root(wire: str) -> str:
     return hashlib.sha256(f"ctxhub-gateway:{wire}".encode()).hexdigest()
 
 
-def link(previous: str, value: Any) -> str:
-    """The chain hash of a message after the one hashed ``previous``."""
-    digest = hashlib.sha256(previous.encode())
-    digest.update(canonical(value).encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+def digest(value: Any) -> bytes:
+    """The digest of a message's meaning."""
+    return hashlib.sha256(canonical(value).encode("utf-8", "surrogatepass")).digest()
 
 
-def hashes(wire: str, values: Iterable[Any]) -> list[str]:
-    """The chain hash of each message of a request, in order."""
+REMEMBERED = 100_000
+"""Messages whose digests a process keeps, by their text: a client resends its conversation
+with every request, so all but its newest messages were digested before."""
+_remembered: dict[tuple[int, int], bytes] = {}
+
+
+def message_digest(raw: str, value: Any) -> bytes:
+    """``digest(value)`` of a message whose text is ``raw``, worked out once per process."""
+    key = (len(raw), hash(raw))
+    found = _remembered.get(key)
+    if found is None:
+        if len(_remembered) >= REMEMBERED:
+            _remembered.clear()
+        found = _remembered[key] = digest(value)
+    return found
+
+
+def link(previous: str, value: Any, raw: str | None = None) -> str:
+    """The chain hash of a message after the one hashed ``previous`` (its text ``raw``, when
+    known, saves working out its meaning again)."""
+    meaning = digest(value) if raw is None else message_digest(raw, value)
+    return hashlib.sha256(previous.encode() + meaning).hexdigest()
+
+
+def hashes(wire: str, messages: Iterable[tuple[str, Any]]) -> list[str]:
+    """The chain hash of each message of a request, given as (text, value), in order."""
     chain: list[str] = []
     previous = root(wire)
-    for value in values:
-        previous = link(previous, value)
+    for raw, value in messages:
+        previous = link(previous, value, raw)
         chain.append(previous)
     return chain

@@ -47,6 +47,7 @@ from gateway.storage import stored
 from gateway.threads import Thread
 from gateway.upstream import Answer, UpstreamTimeout, UpstreamUnreachable, call, forwarded
 from gateway.wire import BodyError, StoredResponse, WireRequest
+from gateway.wire.spans import collector_paused
 from gateway.wire.sse import EventReader
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,11 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     headers = _headers(request)
     try:
         asked_mode = _mode(headers)
-        who: Caller = await stored(caller, headers, needs_provider_key=not fmt.is_offline)
-        parsed: WireRequest = fmt.wire.parse(request.body)
+        who: Caller = await stored(
+            caller, headers, needs_provider_key=not fmt.is_offline, provider=fmt.provider
+        )
+        with collector_paused():
+            parsed: WireRequest = fmt.wire.parse(request.body)
     except Refused as refused:
         return refusal(fmt.provider, refused)
     except BodyError as error:
@@ -277,8 +281,11 @@ async def count_tokens(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     tokenizer)."""
     headers = _headers(request)
     try:
-        who: Caller = await stored(caller, headers, needs_provider_key=not fmt.is_offline)
-        parsed: WireRequest = fmt.wire.parse(request.body)
+        who: Caller = await stored(
+            caller, headers, needs_provider_key=not fmt.is_offline, provider=fmt.provider
+        )
+        with collector_paused():
+            parsed: WireRequest = fmt.wire.parse(request.body)
     except Refused as refused:
         return refusal(fmt.provider, refused)
     except BodyError as error:

@@ -22,6 +22,7 @@ from django.db import transaction
 from gateway import chain
 from gateway.models import GatewaySession, RawMessage
 from gateway.wire import WireMessage, WireRequest, storable_text
+from gateway.wire.spans import collector_paused
 from sessions.models import AgentSession, MessageSource
 from sessions.services.log import append_messages
 from sessions.services.tools import set_tools
@@ -51,7 +52,8 @@ def thread(
 ) -> Thread:
     """The session ``request`` continues, its new messages appended (with their raw text and
     chain hashes), or a new session holding all of them."""
-    hashes = chain.hashes(request.wire, (message.value for message in request.messages))
+    with collector_paused():
+        hashes = chain.hashes(request.wire, ((m.raw, m.value) for m in request.messages))
     marker = storable_text(named or request.client_session or "")
     with transaction.atomic():
         found = _continued(owner, request.wire, hashes, marker)
@@ -153,7 +155,7 @@ def store_response(thread: Thread, items: Sequence[WireMessage]) -> int | None:
         tip = gateway.tip
         raws = []
         for row, item in zip(rows, items, strict=True):
-            tip = chain.link(tip, item.value)
+            tip = chain.link(tip, item.value, item.raw)
             raws.append(RawMessage(session=thread.session, seq=row.seq, raw=item.raw, chain=tip))
         RawMessage.objects.bulk_create(raws)
         gateway.tip = tip

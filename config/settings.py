@@ -8,6 +8,7 @@ Every variable is listed in docs/configuration.md; values are parsed strictly (s
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import django_stubs_ext
@@ -261,6 +262,26 @@ CTXHUB_GATEWAY_ANTHROPIC_URL = env_str("CTXHUB_GATEWAY_ANTHROPIC_URL") or "offli
 CTXHUB_GATEWAY_OPENAI_URL = env_str("CTXHUB_GATEWAY_OPENAI_URL") or "offline"
 CTXHUB_GATEWAY_MODE = env_str("CTXHUB_GATEWAY_MODE") or "govern"
 CTXHUB_GATEWAY_TIMEOUT_SECONDS = env_int("CTXHUB_GATEWAY_TIMEOUT_SECONDS", 600, minimum=1)
+# The provider API keys the gateway holds for its users (stored on the API keys page, sent
+# upstream for a client that authenticates with its ctxhub key alone) are encrypted at rest
+# with this Fernet key (make one: python -c "from cryptography.fernet import Fernet;
+# print(Fernet.generate_key().decode())"). To rotate it, list the new key first, then the old
+# ones, comma-separated: the first encrypts, any decrypts. Unset, a key is derived from
+# SECRET_KEY (HKDF), so the embedded default works; but then rotating SECRET_KEY makes every
+# stored provider key unreadable (their owners must store them again). Production should set
+# it (``manage.py check`` warns when it is not).
+CTXHUB_SECRETS_KEY = env_str("CTXHUB_SECRETS_KEY")
+for _secrets_key in CTXHUB_SECRETS_KEY.split(","):
+    try:
+        _valid = (
+            not _secrets_key.strip() or len(base64.urlsafe_b64decode(_secrets_key.strip())) == 32
+        )
+    except ValueError:
+        _valid = False
+    if not _valid:
+        raise ImproperlyConfigured(
+            "CTXHUB_SECRETS_KEY must be Fernet keys (32 bytes in url-safe base64), comma-separated"
+        )
 
 # OpenTelemetry tracing (docs/telemetry.md): off unless an OTLP/HTTP endpoint is set, with the
 # standard variables. Then every process (web, worker, manage.py) exports its spans there, in

@@ -4,15 +4,17 @@ A client sends two keys or one. With two, its provider key travels as its SDK se
 (``x-api-key`` or ``Authorization: Bearer``) and passes through untouched, never stored or
 logged, and its ctxhub key comes in ``X-Ctxhub-Key`` (Claude Code:
 ``ANTHROPIC_CUSTOM_HEADERS="X-Ctxhub-Key: ctxh_…"``). With one, the ctxhub key is its API key
-(``ANTHROPIC_AUTH_TOKEN=ctxh_…``) and the call goes to an upstream that needs none (the
-offline model).
+(``ANTHROPIC_AUTH_TOKEN=ctxh_…``): the offline model needs no provider key, and a real
+upstream gets the one the key's owner stored for that provider on the API keys page
+(``gateway.provider_keys``), as that provider's SDK would send it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.errors import Refused
+from gateway.provider_keys import UnreadableKey, provider_key
 from sessions.api import limits
 from sessions.api.errors import ApiError
 from sessions.api.keys import PREFIX, authenticate
@@ -25,8 +27,9 @@ AUTH_HEADERS = frozenset({"x-api-key", "authorization", KEY_HEADER})
 @dataclass(frozen=True, slots=True)
 class Caller:
     key: ApiKey
-    provider_headers: dict[str, str]
-    """The provider's authentication headers, as the client sent them (empty: none)."""
+    provider_headers: dict[str, str] = field(repr=False)
+    """The provider's authentication headers, as the client sent them or made from the key its
+    owner stored (empty: none). Never in a repr, so never in a log line that shows one."""
 
 
 def _presented(headers: dict[str, str]) -> tuple[str, str] | None:
@@ -39,9 +42,31 @@ def _presented(headers: dict[str, str]) -> tuple[str, str] | None:
     return None
 
 
-def caller(headers: dict[str, str], *, needs_provider_key: bool) -> Caller:
+def _stored_headers(owner_id: int, provider: str) -> dict[str, str]:
+    """The authentication headers of the key ``owner_id`` stored for ``provider`` (empty: none
+    stored), as that provider's SDK sends its key."""
+    try:
+        text = provider_key(owner_id, provider)
+    except UnreadableKey:
+        raise Refused(
+            401,
+            f"the {provider} key stored for you on the hub's API keys page can no longer be "
+            "read (the hub's secrets key changed): store it again there",
+            field="x-api-key",
+        ) from None
+    if text is None:
+        return {}
+    if provider == "anthropic":
+        return {"x-api-key": text}
+    return {"authorization": f"Bearer {text}"}
+
+
+def caller(
+    headers: dict[str, str], *, needs_provider_key: bool, provider: str | None = None
+) -> Caller:
     """The caller a request's headers (lower-cased names) authenticate; Refused (401, 403, 429)
-    otherwise."""
+    otherwise. A client that sends no provider key of its own to an upstream that needs one
+    gets the key its owner stored for ``provider``."""
     presented = _presented(headers)
     own = headers.get(KEY_HEADER, "").strip()
     provider_headers: dict[str, str] = {}
@@ -62,11 +87,14 @@ def caller(headers: dict[str, str], *, needs_provider_key: bool) -> Caller:
         raise Refused(401, "unknown, revoked or expired ctxhub API key", field=KEY_HEADER)
     if "write" not in key.scopes:
         raise Refused(403, "this ctxhub key lacks the 'write' scope", field=KEY_HEADER)
+    if needs_provider_key and not provider_headers and provider is not None:
+        provider_headers = _stored_headers(key.owner_id, provider)
     if needs_provider_key and not provider_headers:
         raise Refused(
             401,
-            "this upstream needs your provider API key: send it as your SDK does (x-api-key or "
-            "Authorization) and the ctxhub key in the X-Ctxhub-Key header",
+            "this upstream needs your provider API key: store it on the hub's API keys page "
+            "(/keys/, then your ctxhub key alone will do), or send it as your SDK does "
+            "(x-api-key or Authorization) with the ctxhub key in the X-Ctxhub-Key header",
             field="x-api-key",
         )
     try:

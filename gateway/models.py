@@ -1,8 +1,9 @@
 """What the gateway keeps beside a session: how its client's requests thread into it, and each
-message as the client wrote it."""
+message as the client wrote it; and the provider keys it holds for its users, encrypted."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from sessions.models import AgentSession
@@ -85,3 +86,31 @@ class Exchange(models.Model):
 
     def __str__(self) -> str:
         return f"exchange {self.pk} of {self.session_id}"
+
+
+class Provider(models.TextChoices):
+    ANTHROPIC = "anthropic", "Anthropic"
+    OPENAI = "openai", "OpenAI"
+
+
+class ProviderKey(models.Model):
+    """A user's API key for a provider, which the gateway sends upstream for a client that
+    authenticates with its ctxhub key alone (``gateway.provider_keys``). Only its ciphertext
+    is stored; ``hint`` is what may be shown of it."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="provider_keys"
+    )
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    encrypted = models.TextField(help_text="The key, encrypted (Fernet, CTXHUB_SECRETS_KEY).")
+    hint = models.CharField(max_length=40, help_text="Enough of the key to recognise it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "provider"], name="provider_key_one_per_owner")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} key {self.hint} of {self.owner_id}"

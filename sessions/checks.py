@@ -13,6 +13,7 @@ from django.core import checks
 log = logging.getLogger(__name__)
 
 EVICTION_POLICY_ID = "ctxhub.W001"
+SECRETS_KEY_ID = "ctxhub.W002"
 
 
 def redis_eviction_policy(url: str) -> str | None:
@@ -52,6 +53,30 @@ def check_redis_eviction_policy(
     app_configs: Any = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     return eviction_policy_warnings(getattr(settings, "REDIS_URL", None))
+
+
+def secrets_key_warnings(*, production: bool, secrets_key: str) -> list[checks.CheckMessage]:
+    """A warning when production runs without its own key for the secrets the hub stores (the
+    gateway's provider keys): the one derived from SECRET_KEY changes with it."""
+    if not production or secrets_key:
+        return []
+    return [
+        checks.Warning(
+            "CTXHUB_SECRETS_KEY is not set: the provider keys the gateway holds are encrypted "
+            "with a key derived from SECRET_KEY, so a new SECRET_KEY makes them unreadable.",
+            hint='Set CTXHUB_SECRETS_KEY to a Fernet key: python -c "from cryptography.fernet '
+            'import Fernet; print(Fernet.generate_key().decode())"',
+            id=SECRETS_KEY_ID,
+        )
+    ]
+
+
+@checks.register(checks.Tags.security)
+def check_secrets_key(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return secrets_key_warnings(
+        production=getattr(settings, "PRODUCTION", False),
+        secrets_key=getattr(settings, "CTXHUB_SECRETS_KEY", ""),
+    )
 
 
 @worker_ready.connect

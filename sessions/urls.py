@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
+from gateway import pages as gateway_pages
 from sessions import controls, views
 from sessions.api import pages as api_pages
 from sessions.chat import views as chat
@@ -31,6 +32,13 @@ urlpatterns = [
     path("keys/", api_pages.keys, name="keys"),
     path("keys/new/", api_pages.create, name="key-create"),
     path("keys/<seq:pk>/revoke/", api_pages.revoke_key, name="key-revoke"),
+    # The gateway's provider keys: pages, so not under /gateway/ (no middleware runs there).
+    path("keys/provider/<str:provider>/", gateway_pages.store, name="provider-key-store"),
+    path(
+        "keys/provider/<str:provider>/delete/",
+        gateway_pages.delete,
+        name="provider-key-delete",
+    ),
     path("sessions/<uuid:pk>/chat/", chat.send, name="chat-send"),
     path("sessions/<uuid:pk>/chat/stop/", chat.stop, name="chat-stop"),
     path("sessions/<uuid:pk>/chat/turn/", chat.turn, name="chat-turn"),

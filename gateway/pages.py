@@ -1,16 +1,23 @@
-"""The API keys page's provider keys (``gateway.provider_keys``): store, replace and delete
-one's own. These are pages (login, CSRF), served under ``/keys/``, not under ``/gateway/``,
+"""The gateway's pages: the API keys page's provider keys (``gateway.provider_keys``: store,
+replace and delete one's own) and a gateway session's panel on its page (its mode, switched
+here). These are pages (login, CSRF), served beside the others, not under ``/gateway/``,
 whose handler runs no middleware."""
 
 from __future__ import annotations
 
+from typing import Any
+from uuid import UUID
+
 from django.http import Http404, HttpResponse, HttpResponseBase
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from gateway.models import Exchange, GatewaySession, Mode
 from gateway.provider_keys import PROVIDERS, delete_key, store_key
+from sessions.access import changeable_session, may_change, may_see
 from sessions.api.pages import page
 from sessions.http import AuthenticatedHttpRequest
+from sessions.models import AgentSession
 from sessions.services import ServiceError
 
 ANCHOR = "provider-keys"
@@ -45,3 +52,36 @@ def delete(request: AuthenticatedHttpRequest, provider: str) -> HttpResponseBase
     """Forget the user's key for ``provider`` (nothing happens when there is none)."""
     delete_key(request.user, _provider(provider), actor=request.user)
     return _back()
+
+
+@require_POST
+def session_mode(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponseBase:
+    """Switch a gateway session between observe and govern; its next request goes so. The
+    panel answers with itself, redrawn."""
+    session = changeable_session(request.user, pk)
+    mode = request.POST.get("mode", "")
+    if mode not in Mode.values:
+        return HttpResponse("mode: choose observe or govern", status=422)
+    updated = GatewaySession.objects.filter(session=session).update(mode=mode)
+    if not updated:
+        raise Http404("not a gateway session")
+    return render(request, "gateway/_session.html", panel(request.user, session))
+
+
+def panel(user: Any, session: AgentSession) -> dict[str, Any]:
+    """What the session page shows of a gateway session: its mode, the sessions it branched
+    from and into (those the user may see), its exchanges."""
+    gateway = GatewaySession.objects.select_related("parent").get(session=session)
+    children = AgentSession.objects.filter(gateway__parent=session).order_by("created_at")
+    exchanges = Exchange.objects.filter(session=session)
+    parent = gateway.parent
+    return {
+        "session": session,
+        "gateway": gateway,
+        "parent": parent if parent is not None and may_see(user, parent) else None,
+        "children": [child for child in children if may_see(user, child)],
+        "exchanges": exchanges.count(),
+        "failed": exchanges.exclude(status=200).count(),
+        "can_change": may_change(user, session),
+        "modes": Mode.choices,
+    }

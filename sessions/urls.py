@@ -39,6 +39,7 @@ urlpatterns = [
         gateway_pages.delete,
         name="provider-key-delete",
     ),
+    path("sessions/<uuid:pk>/gateway/mode/", gateway_pages.session_mode, name="gateway-mode"),
     path("sessions/<uuid:pk>/chat/", chat.send, name="chat-send"),
     path("sessions/<uuid:pk>/chat/stop/", chat.stop, name="chat-stop"),
     path("sessions/<uuid:pk>/chat/turn/", chat.turn, name="chat-turn"),

@@ -11,7 +11,11 @@ upstream gets the one the key's owner stored for that provider on the API keys p
 
 from __future__ import annotations
 
+import hashlib
+import time
 from dataclasses import dataclass, field
+
+from django.db import DatabaseError
 
 from gateway.errors import Refused
 from gateway.provider_keys import UnreadableKey, provider_key
@@ -22,6 +26,11 @@ from sessions.models import ApiKey
 
 KEY_HEADER = "x-ctxhub-key"
 AUTH_HEADERS = frozenset({"x-api-key", "authorization", KEY_HEADER})
+
+KNOWN_SECONDS = 300
+"""How long a key checked against the database is still taken while the database is away:
+an agent in the middle of its work keeps reaching its model through a short outage."""
+_known: dict[str, tuple[float, ApiKey]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,29 @@ def _stored_headers(owner_id: int, provider: str) -> dict[str, str]:
     return {"authorization": f"Bearer {text}"}
 
 
+def _authenticated(text: str) -> ApiKey | None:
+    """The live key ``text`` is (``authenticate``); while the database is away, the key as it
+    was checked within ``KNOWN_SECONDS``, else a 503 and nothing forwarded."""
+    known = hashlib.sha256(text.encode()).hexdigest()
+    try:
+        key = authenticate(text)
+    except DatabaseError:
+        found = _known.get(known)
+        if found is not None and time.monotonic() - found[0] < KNOWN_SECONDS:
+            return found[1]
+        raise Refused(
+            503,
+            "the hub cannot check this ctxhub key now (its database is unreachable): the "
+            "request was not forwarded; retry shortly",
+            headers={"retry-after": "5"},
+        ) from None
+    if key is None:
+        _known.pop(known, None)
+    else:
+        _known[known] = (time.monotonic(), key)
+    return key
+
+
 def caller(
     headers: dict[str, str], *, needs_provider_key: bool, provider: str | None = None
 ) -> Caller:
@@ -82,13 +114,21 @@ def caller(
             "header beside your provider key",
             field=KEY_HEADER,
         )
-    key = authenticate(own)
+    key = _authenticated(own)
     if key is None:
         raise Refused(401, "unknown, revoked or expired ctxhub API key", field=KEY_HEADER)
     if "write" not in key.scopes:
         raise Refused(403, "this ctxhub key lacks the 'write' scope", field=KEY_HEADER)
     if needs_provider_key and not provider_headers and provider is not None:
-        provider_headers = _stored_headers(key.owner_id, provider)
+        try:
+            provider_headers = _stored_headers(key.owner_id, provider)
+        except DatabaseError:
+            raise Refused(
+                503,
+                f"the hub cannot read the {provider} key stored for you now (its database is "
+                "unreachable); retry shortly, or send your own beside the X-Ctxhub-Key header",
+                headers={"retry-after": "5"},
+            ) from None
     if needs_provider_key and not provider_headers:
         raise Refused(
             401,

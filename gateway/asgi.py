@@ -13,6 +13,7 @@ carries API keys, not cookies, and its answers are the provider's.
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from typing import Any
@@ -24,6 +25,8 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
 from django.http import HttpResponseBase, JsonResponse
 from django.urls import Resolver404, resolve, set_script_prefix
+
+log = logging.getLogger(__name__)
 
 
 class GatewayHandler(ASGIHandler):
@@ -80,5 +83,11 @@ async def _view(request: Any) -> HttpResponseBase:
         return JsonResponse(
             {"error": {"message": f"no gateway endpoint {request.path}"}}, status=404
         )
-    response: HttpResponseBase = await match.func(request, *match.args, **match.kwargs)
+    try:
+        response: HttpResponseBase = await match.func(request, *match.args, **match.kwargs)
+    except Exception:
+        # No middleware turns it into a page here: the client gets an error its SDK reads.
+        log.exception("gateway: %s failed", request.path)
+        error = {"type": "api_error", "message": "the hub failed on this request"}
+        return JsonResponse({"type": "error", "error": error}, status=500)
     return response

@@ -72,15 +72,16 @@ def thread(
 
 
 def _continued(
-    owner: Any, wire: str, hashes: Sequence[str], marker: str
+    owner: int, wire: str, hashes: Sequence[str], marker: str
 ) -> tuple[GatewaySession, int] | None:
     """The session whose stored end is the request's longest prefix, and that prefix's
     length; its row locked until the append commits, so two requests of one session take
     turns."""
     position = {value: index for index, value in enumerate(hashes)}
+    newest_first = hashes[::-1]
     looked = 0
     for batch in (*LOOKUP_BATCHES, len(hashes)):
-        candidates = list(reversed(hashes))[looked:batch]
+        candidates = newest_first[looked:batch]
         looked = max(looked, batch)
         if not candidates:
             continue

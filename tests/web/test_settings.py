@@ -21,6 +21,7 @@ PRODUCTION = {
     "CTXHUB_PRODUCTION": "true",
     "SECRET_KEY": "a-long-random-production-secret-" + "k" * 40,
     "ALLOWED_HOSTS": "ctxhub.example.com",
+    "CTXHUB_SECRETS_KEY": "c2VjcmV0cy1rZXktZm9yLXRoZS10ZXN0LTMyLWJ5dGU=",
 }
 
 

@@ -446,3 +446,32 @@ def test_a_request_refused_as_too_long_is_shrunk_once_and_sent_again_in_govern_m
             model="claude-sonnet-4-6", max_tokens=64, messages=messages, tools=TOOLS
         )
     assert "prompt is too long" in str(passed_on.value)
+
+
+def test_observe_mode_relays_the_upstreams_events_byte_for_byte(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 256,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Think, then read a file."}],
+        "tools": TOOLS,
+    }
+    script = Thinking("Reading first.", "c2lnbmF0dXJl", ToolCalls([("Read", {"path": "a.md"})]))
+
+    def streamed(url: str, headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+        upstream.reset()
+        upstream.script(script)
+        with httpx.stream("POST", url, json=body, headers=headers) as answer:
+            return answer.read(), dict(answer.headers)
+
+    through, headers = streamed(
+        f"{served[0]}/gateway/anthropic/v1/messages",
+        {"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key, "x-ctxhub-mode": "observe"},
+    )
+    direct, direct_headers = streamed(f"{upstream.url}/v1/messages", {"x-api-key": PROVIDER_KEY})
+    assert through == direct
+    assert b"signature_delta" in through
+    assert b"input_json_delta" in through
+    assert headers["content-type"] == direct_headers["content-type"]

@@ -167,6 +167,10 @@ def test_govern_mode_keeps_the_window_and_reuses_the_previous_request(
     assert grown / (len(bodies) - 1) >= 0.9
 
 
+PROMPTS = 25
+"""Prompts of the pydantic-ai agents' runs: each a tool call and an answer, fifty requests."""
+
+
 def _reader(reads: list[str]) -> Callable[[str], str]:
     def read_file(path: str) -> str:
         """Read a file."""
@@ -201,18 +205,21 @@ def test_pydantic_ai_agents_run_through_the_gateway_on_both_providers(
         agent.tool_plain(name="read_file")(_reader(reads))
 
         history = None
-        for turn in range(5):
+        for turn in range(PROMPTS):
             upstream.script(ToolCalls([("read_file", {"path": f"{turn}.md"})]), Text("done"))
             result = agent.run_sync(f"read {turn}.md", message_history=history)
             history = result.all_messages()
-        assert reads == [f"{turn}.md" for turn in range(5)]
+        assert reads == [f"{turn}.md" for turn in range(PROMPTS)]
     gateways = GatewaySession.objects.all()
     assert sorted(g.wire for g in gateways) == ["anthropic", "openai_chat"]
     for gateway in gateways:
-        wait_for(lambda g=gateway: Exchange.objects.filter(session=g.session_id).count() == 10)
-        # One session each, ten exchanges (a call and an answer for each of five prompts), and
-        # every message once: the system prompt, then five times prompt, call, result, answer.
-        assert RawMessage.objects.filter(session=gateway.session_id).count() == 1 + 5 * 4
+        wait_for(
+            lambda g=gateway: Exchange.objects.filter(session=g.session_id).count() == 2 * PROMPTS
+        )
+        # One session each, fifty exchanges (a call and an answer for each prompt), and every
+        # message once: the system prompt, then for each prompt its call, result and answer.
+        count = RawMessage.objects.filter(session=gateway.session_id).count()
+        assert count == 1 + PROMPTS * 4
 
 
 RESPONSES_TOOLS = [

@@ -11,6 +11,7 @@ of server-sent events, into the message stored after the request.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,13 +59,38 @@ def _cleaned(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, slots=True)
 class WireMessage:
-    """One message of a request: the client's JSON text, its parsed value, pydantic-ai's view."""
+    """One message of a request: the client's JSON text, its parsed value, pydantic-ai's view.
 
-    raw: str
-    value: Any
-    view: ModelMessage
+    The view may be given as how to build it (``build``): a client resends its whole
+    conversation each time, and only the messages new to the session, or rewritten by
+    governance, are ever looked at as views."""
+
+    __slots__ = ("_build", "_view", "raw", "value")
+
+    def __init__(
+        self,
+        raw: str,
+        value: Any,
+        view: ModelMessage | None = None,
+        *,
+        build: Callable[[], ModelMessage] | None = None,
+    ) -> None:
+        assert (view is None) != (build is None), "a view, or how to build it"
+        self.raw = raw
+        self.value = value
+        self._view = view
+        self._build = build
+
+    @property
+    def view(self) -> ModelMessage:
+        if self._view is None:
+            assert self._build is not None
+            self._view, self._build = self._build(), None
+        return self._view
+
+    def __repr__(self) -> str:
+        return f"WireMessage({self.raw[:60]!r})"
 
 
 @dataclass(frozen=True, slots=True)

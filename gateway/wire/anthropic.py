@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from functools import partial
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -80,7 +81,8 @@ def parse(body: bytes) -> WireRequest:
     for index, span in enumerate(spans):
         field = f"messages[{index}]"
         value = _checked_message(storable(span.text, span.value), field)
-        messages.append(WireMessage(span.text, value, _view(value, names, field)))
+        _named_calls(value, names)
+        messages.append(WireMessage(span.text, value, build=partial(_view, value, names)))
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
     metadata = members["metadata"].value if "metadata" in members else None
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
@@ -146,7 +148,19 @@ def _checked_message(value: Any, field: str) -> dict[str, Any]:
     for i, block in enumerate(content):
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise BodyError(f"{field}.content[{i}]", "must be a block with a type")
+        if block["type"] == "tool_result" and not isinstance(block.get("tool_use_id"), str):
+            raise BodyError(f"{field}.content[{i}].tool_use_id", "required, a string")
     return value
+
+
+def _named_calls(value: dict[str, Any], names: dict[str, str]) -> None:
+    """The tool names of an assistant message's calls, by id: a result names only its call."""
+    if value["role"] != "assistant" or isinstance(value["content"], str):
+        return
+    for block in value["content"]:
+        call_id, name = block.get("id"), block.get("name")
+        if block["type"] == "tool_use" and isinstance(call_id, str) and isinstance(name, str):
+            names[call_id] = name
 
 
 def _tool(tool: Any, field: str) -> dict[str, Any]:
@@ -167,16 +181,12 @@ def _blocks(value: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
-def _view(value: dict[str, Any], names: dict[str, str], field: str) -> ModelMessage:
+def _view(value: dict[str, Any], names: dict[str, str]) -> ModelMessage:
     blocks = _blocks(value)
     if value["role"] == "assistant":
         parts = [_response_part(block, names) for block in blocks]
         return ModelResponse(parts=parts, provider_name=PROVIDER)
-    return ModelRequest(
-        parts=[
-            _request_part(block, names, f"{field}.content[{i}]") for i, block in enumerate(blocks)
-        ]
-    )
+    return ModelRequest(parts=[_request_part(block, names) for block in blocks])
 
 
 def _unknown(block: dict[str, Any]) -> str:
@@ -208,14 +218,12 @@ def _response_part(block: dict[str, Any], names: dict[str, str]) -> ModelRespons
     return TextPart(_unknown(block))
 
 
-def _request_part(block: dict[str, Any], names: dict[str, str], field: str) -> ModelRequestPart:
+def _request_part(block: dict[str, Any], names: dict[str, str]) -> ModelRequestPart:
     kind = block["type"]
     if kind == "text" and isinstance(block.get("text"), str):
         return UserPromptPart(block["text"])
     if kind == "tool_result":
-        call_id = block.get("tool_use_id")
-        if not isinstance(call_id, str):
-            raise BodyError(f"{field}.tool_use_id", "required, a string")
+        call_id = block["tool_use_id"]  # checked with the message
         content = _result_text(block.get("content"))
         name = names.get(call_id, "tool")
         failed = block.get("is_error") is True
@@ -318,11 +326,9 @@ def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[in
     client's own text; with parts rewritten in place, the client's message with those blocks
     rewritten and every other block and member as it was; otherwise written afresh. The system
     prompt goes as the client's ``system`` member, whatever governance made of it."""
-    if stored is not None and stored.value.get("role") == SYSTEM:
-        return stored.raw
-    if stored is not None and changed is not None and len(view.parts) == len(stored.view.parts):
-        if not changed:
-            return stored.raw
+    if stored is not None and (stored.value.get("role") == SYSTEM or changed == frozenset()):
+        return stored.raw  # the common case, answered without reading the message again
+    if stored is not None and changed and len(view.parts) == len(stored.view.parts):
         blocks = [
             _rewritten(block, part) if index in changed else block
             for index, (block, part) in enumerate(
@@ -416,7 +422,7 @@ def response(text: str) -> StoredResponse | None:
 
 def _stored(raw: str, blocks: list[Any], head: dict[str, Any]) -> StoredResponse:
     value = {"role": "assistant", "content": blocks}
-    view = _view(value, {}, "response")
+    view = _view(value, {})
     assert isinstance(view, ModelResponse)
     usage = _object(head.get("usage"))
     view.usage = _usage(usage)

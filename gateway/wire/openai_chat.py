@@ -27,6 +27,7 @@ import binascii
 import json
 import mimetypes
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -86,7 +87,8 @@ def parse(body: bytes) -> WireRequest:
     for index, span in enumerate(array_spans(messages_span, "messages")):
         field = f"messages[{index}]"
         value = _checked_message(storable(span.text, span.value), field)
-        messages.append(WireMessage(span.text, value, _view(value, names)))
+        _named_calls(value, names)
+        messages.append(WireMessage(span.text, value, build=partial(_view, value, names)))
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
     tools += [_function(f, f"functions[{i}]") for i, f in enumerate(_list(members, "functions"))]
     stream = members["stream"].value if "stream" in members else None
@@ -231,7 +233,7 @@ def _view(value: dict[str, Any], names: dict[str, str]) -> ModelMessage:
             parts=[ToolReturnPart(name, _text(content), tool_call_id=_function_call_id(name))]
         )
     parts: list[ModelResponsePart] = [TextPart(text) for text in _assistant_texts(content)]
-    parts += [_call_part(call, names) for call in value.get("tool_calls") or []]
+    parts += [_call_part(call) for call in value.get("tool_calls") or []]
     function_call = value.get("function_call")
     if function_call is not None:
         name = function_call["name"]
@@ -281,16 +283,26 @@ def _assistant_texts(content: Any) -> list[str]:
     return texts
 
 
-def _call_part(call: dict[str, Any], names: dict[str, str]) -> ModelResponsePart:
+def _named_calls(value: dict[str, Any], names: dict[str, str]) -> None:
+    """The tool names of an assistant message's calls, by id: a tool message names only its
+    call."""
+    if value["role"] != "assistant":
+        return
+    for call in value.get("tool_calls") or []:
+        kind = call.get("type", "function")
+        inner = call.get("function") if kind == "function" else call.get("custom")
+        if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+            names[call["id"]] = inner["name"]
+
+
+def _call_part(call: dict[str, Any]) -> ModelResponsePart:
     kind = call.get("type", "function")
     if kind == "function":
         function = call["function"]
-        names[call["id"]] = function["name"]
         # The arguments stay the client's JSON text: a re-serialised dict would not be it.
         return ToolCallPart(function["name"], function["arguments"], tool_call_id=call["id"])
     custom = call.get("custom")
     if kind == "custom" and isinstance(custom, dict) and isinstance(custom.get("name"), str):
-        names[call["id"]] = custom["name"]
         # A custom tool takes free text, not JSON arguments.
         args = {"input": custom.get("input")}
         return ToolCallPart(custom["name"], args, tool_call_id=call["id"])
@@ -403,9 +415,9 @@ def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[in
     splices into the array as they are. A system prompt governance added goes as a ``user``
     message, since some models reject a system message after the first; one the client sent
     keeps its role."""
+    if stored is not None and changed == frozenset():
+        return stored.raw  # the common case, answered without reading the message again
     if stored is not None and changed is not None and len(view.parts) == len(stored.view.parts):
-        if not changed:
-            return stored.raw
         rewritten = _rewritten(stored.value, view, changed)
         if rewritten is not None:
             return json.dumps(rewritten, ensure_ascii=False)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import binascii
 import json
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -118,7 +119,8 @@ def parse(body: bytes) -> WireRequest:
     for index, (raw, item) in enumerate(_input(members)):
         field = f"input[{index}]"
         item = _checked_item(item, field)
-        messages.append(WireMessage(raw, _meaning(item), _view(item, names)))
+        _named_call(item, names)
+        messages.append(WireMessage(raw, _meaning(item), build=partial(_view, item, names)))
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
     return WireRequest(
         wire=WIRE,
@@ -334,16 +336,21 @@ def _compact(arguments: str) -> str:
 # --- the pydantic-ai view ----------------------------------------------------------------------
 
 
+def _named_call(item: dict[str, Any], names: dict[str, str]) -> None:
+    """The tool name of a call item, by its id: an output names only its call."""
+    if _kind(item) in _CALLS:
+        call = _call_part(item)
+        names[call.tool_call_id] = call.tool_name
+
+
 def _view(item: dict[str, Any], names: dict[str, str]) -> ModelMessage:
     """The item's one message, its parts in the order the module docstring gives. ``names``
-    carries the tool names of the calls so far, which an output does not repeat."""
+    carries the tool names of the request's calls, which an output does not repeat."""
     kind = _kind(item)
     if kind == "message":
         return _message_view(item)
     if kind in _CALLS:
-        call = _call_part(item)
-        names[call.tool_call_id] = call.tool_name
-        return ModelResponse(parts=[call], provider_name=PROVIDER)
+        return ModelResponse(parts=[_call_part(item)], provider_name=PROVIDER)
     if kind in _OUTPUTS:
         call_id = item["id"] if kind == "local_shell_call_output" else item["call_id"]
         content = _output_text(item.get("output"))
@@ -514,8 +521,8 @@ def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[in
     the client's ``instructions`` member, whatever governance made of them."""
     item: dict[str, Any] | None = None
     if stored is not None:
-        if stored.raw.startswith(_INSTRUCTIONS_PREFIX):
-            return stored.raw
+        if stored.raw.startswith(_INSTRUCTIONS_PREFIX) or changed == frozenset():
+            return stored.raw  # the common case, answered without reading the item again
         item = storable(stored.raw, json.loads(stored.raw))  # every key in its order
         if changed is not None and len(view.parts) == len(stored.view.parts):
             if not changed:

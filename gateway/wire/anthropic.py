@@ -68,7 +68,7 @@ _FINISH: dict[str, FinishReason] = {
 
 def parse(body: bytes) -> WireRequest:
     """A Messages request read: a BodyError names the first field that is wrong."""
-    text, members = read_body(body)
+    text, members = read_body(body, arrays=frozenset({"messages"}))
     model = _string(members, "model")
     messages_span = members.get("messages")
     if messages_span is None:

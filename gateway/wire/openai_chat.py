@@ -77,7 +77,7 @@ _DONE = "[DONE]"
 
 def parse(body: bytes) -> WireRequest:
     """A Chat Completions request read: a BodyError names the first field that is wrong."""
-    text, members = read_body(body)
+    text, members = read_body(body, arrays=frozenset({"messages"}))
     model = _string(members, "model")
     messages_span = members.get("messages")
     if messages_span is None:

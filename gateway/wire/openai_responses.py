@@ -109,7 +109,7 @@ AGENTS.md text): sent as user messages before the first prompt, they make no tit
 
 def parse(body: bytes) -> WireRequest:
     """A Responses request read: a BodyError names the first field that is wrong."""
-    text, members = read_body(body)
+    text, members = read_body(body, arrays=frozenset({"input"}))
     model = _string(members, "model")
     _stateless(members)
     messages: list[WireMessage] = []

@@ -37,6 +37,9 @@ class Span(NamedTuple):
     start: int
     end: int
     value: Any
+    items: list[Span] | None = None
+    """An array's items, each as a span, when it was read item by item (``read_body``'s
+    ``arrays``)."""
 
 
 def _skip(text: str, at: int) -> int:
@@ -64,10 +67,12 @@ def _named(field: str, item: int | None) -> str:
     return field if item is None else f"{field}[{item}]"
 
 
-def object_spans(text: str, at: int = 0, field: str = "") -> tuple[dict[str, Span], int]:
+def object_spans(
+    text: str, at: int = 0, field: str = "", arrays: frozenset[str] = frozenset()
+) -> tuple[dict[str, Span], int]:
     """The members of the JSON object starting at ``at`` (after whitespace), each as a span,
-    and where the object ends. A key given twice keeps its last value, as ``json.loads``
-    does."""
+    and where the object ends; an array member named in ``arrays`` with its items' spans too,
+    read once. A key given twice keeps its last value, as ``json.loads`` does."""
     at = _skip(text, at)
     if at >= len(text) or text[at] != "{":
         raise BodyError(field, "must be a JSON object")
@@ -83,8 +88,13 @@ def object_spans(text: str, at: int = 0, field: str = "") -> tuple[dict[str, Spa
         if at >= len(text) or text[at] != ":":
             raise BodyError(field, f"not valid JSON (':' expected at character {at})")
         start = _skip(text, at + 1)
-        value, end = _value(text, start, f"{field}.{key}" if field else key)
-        members[key] = Span(text[start:end], start, end, value)
+        name = f"{field}.{key}" if field else key
+        if key in arrays and text.startswith("[", start):
+            items, end = _items(text, start, name)
+            members[key] = Span(text[start:end], start, end, [i.value for i in items], items)
+        else:
+            value, end = _value(text, start, name)
+            members[key] = Span(text[start:end], start, end, value)
         at = _skip(text, end)
         if at < len(text) and text[at] == ",":
             at = _skip(text, at + 1)
@@ -94,10 +104,30 @@ def object_spans(text: str, at: int = 0, field: str = "") -> tuple[dict[str, Spa
         raise BodyError(field, f"not valid JSON (',' or '}}' expected at character {at})")
 
 
+def _items(text: str, at: int, field: str) -> tuple[list[Span], int]:
+    """The items of the array starting at ``at``, each as a span, and where it ends."""
+    items: list[Span] = []
+    at = _skip(text, at + 1)
+    if text.startswith("]", at):
+        return items, at + 1
+    while True:
+        value, end = _value(text, at, field)
+        items.append(Span(text[at:end], at, end, value))
+        at = _skip(text, end)
+        if text.startswith(",", at):
+            at = _skip(text, at + 1)
+        elif text.startswith("]", at):
+            return items, at + 1
+        else:
+            raise BodyError(field, f"not valid JSON (',' or ']' expected at character {at})")
+
+
 def array_spans(span: Span, field: str) -> list[Span]:
     """The items of a JSON array span, each as a span of the same body."""
     if not isinstance(span.value, list):
         raise BodyError(field, "must be an array")
+    if span.items is not None:
+        return span.items
     text = span.text
     items: list[Span] = []
     at = _skip(text, 1)
@@ -113,14 +143,14 @@ def array_spans(span: Span, field: str) -> list[Span]:
         return items  # "]": the whole array was decoded once already
 
 
-def read_body(body: bytes) -> tuple[str, dict[str, Span]]:
-    """The body's text and its top-level members; a BodyError for anything but a JSON object
-    in UTF-8."""
+def read_body(body: bytes, arrays: frozenset[str] = frozenset()) -> tuple[str, dict[str, Span]]:
+    """The body's text and its top-level members (those named in ``arrays`` read item by item,
+    once: a conversation's messages); a BodyError for anything but a JSON object in UTF-8."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise BodyError("", "the body must be JSON in UTF-8") from None
-    members, end = object_spans(text)
+    members, end = object_spans(text, arrays=arrays)
     if _skip(text, end) != len(text):
         raise BodyError("", "not valid JSON (text after the object)")
     return text, members

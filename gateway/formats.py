@@ -19,7 +19,8 @@ OFFLINE = "offline"
 @dataclass(frozen=True, slots=True)
 class Format:
     wire: ModuleType
-    """The wire module: ``parse``, ``render``, ``body``, ``response``, ``StreamAssembler``."""
+    """The wire module: ``parse``, ``render``, ``with_breakpoint``, ``body``, ``response``,
+    ``response_items``, ``StreamAssembler``."""
     path: str
     """Appended to the upstream's base URL."""
     setting: str

@@ -64,6 +64,14 @@ def begin(session: AgentSession, actor: Any, prompt: str, control_channel: str) 
         raise Invalid(f"a message is limited to {MAX_PROMPT_CHARS:,} characters", field="prompt")
     if "\x00" in prompt:
         raise Invalid("a message cannot hold a NUL character", field="prompt")
+    # An agent that talks to its model through the gateway owns its conversation: a prompt here
+    # would add messages its next request does not carry, and it would go on in a new session.
+    if AgentSession.objects.filter(pk=session.pk, gateway__isnull=False).exists():
+        raise Conflict(
+            "this session is an agent's conversation through the gateway: prompt the agent, or "
+            "fork the session to chat with it here; /compact, /clear and /pin work as usual",
+            field="prompt",
+        )
     current = running_turn(session)
     if current is not None and is_stale(current):
         finish(current, TurnStatus.LOST, error="its server stopped while it ran")

@@ -60,3 +60,16 @@ def test_the_owner_switches_the_mode_and_no_one_else_can(
     assert GatewaySession.objects.get(session=session).mode == "govern"
     plain = make_session(alice, title="not through the gateway")
     assert client.post(f"/sessions/{plain.pk}/gateway/mode/", {"mode": "govern"}).status_code == 404
+
+
+def test_a_prompt_in_the_chat_is_refused_the_agent_owns_the_conversation(
+    client: Client, alice: Any
+) -> None:
+    session = gateway_session(alice, "You are the main agent.")
+    client.force_login(alice)
+    refused = client.post(f"/sessions/{session.pk}/chat/", {"prompt": "hello"})
+    assert refused.status_code == 409
+    assert "an agent&#x27;s conversation through the gateway" in refused.content.decode()
+    assert session.messages.count() == 2  # the system prompt and the agent's task, nothing more
+    note = client.post(f"/sessions/{session.pk}/chat/", {"prompt": "/history"})
+    assert note.status_code == 200

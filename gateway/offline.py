@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -29,7 +28,7 @@ from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.tools import ToolDefinition
 
 from ctxhub.governance.offline.demo import LABEL, respond
-from gateway.upstream import Answer
+from gateway.upstream import Answer, made
 from gateway.wire import WireRequest
 
 STREAM_HEADERS = [
@@ -120,16 +119,8 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-async def _nothing() -> None:
-    return None
-
-
 def _answer(headers: list[tuple[str, str]], chunks: list[bytes]) -> Answer:
-    async def relay() -> AsyncIterator[bytes]:
-        for chunk in chunks:
-            yield chunk
-
-    return Answer(200, headers, relay(), _nothing)
+    return made(200, headers, chunks)
 
 
 def _sse(name: str | None, data: Any) -> bytes:

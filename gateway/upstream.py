@@ -49,14 +49,20 @@ class Answer:
 
     def replayed(self, body: bytes) -> Answer:
         """This answer again, its body already read."""
+        return made(self.status, self.headers, [body])
 
-        async def chunks() -> AsyncIterator[bytes]:
-            yield body
 
-        async def closed() -> None:
-            return None
+def made(status: int, headers: list[tuple[str, str]], chunks: list[bytes]) -> Answer:
+    """An answer of bytes at hand (one read already, or the offline model's)."""
 
-        return Answer(self.status, self.headers, chunks(), closed)
+    async def relay() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    async def closed() -> None:
+        return None
+
+    return Answer(status, headers, relay(), closed)
 
 
 class UpstreamTimeout(Exception):

@@ -82,19 +82,29 @@ class Outcome:
     error: str = ""
 
 
+async def _read(request: HttpRequest, fmt: Format) -> tuple[Caller, WireRequest]:
+    """Who is calling and what they sent; Refused (with the field at fault) otherwise."""
+    who: Caller = await stored(
+        caller,
+        _headers(request),
+        needs_provider_key=not fmt.is_offline,
+        provider=fmt.provider,
+    )
+    try:
+        with collector_paused():
+            parsed: WireRequest = fmt.wire.parse(request.body)
+    except BodyError as error:
+        raise Refused(400, error.message, field=error.field or None) from None
+    return who, parsed
+
+
 async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     headers = _headers(request)
     try:
         asked_mode = _mode(headers)
-        who: Caller = await stored(
-            caller, headers, needs_provider_key=not fmt.is_offline, provider=fmt.provider
-        )
-        with collector_paused():
-            parsed: WireRequest = fmt.wire.parse(request.body)
+        who, parsed = await _read(request, fmt)
     except Refused as refused:
         return refusal(fmt.provider, refused)
-    except BodyError as error:
-        return refusal(fmt.provider, Refused(400, error.message, field=error.field or None))
     thread, governed = await _prepare(who, parsed, fmt, headers, asked_mode)
     outcome = Outcome(fmt.wire, thread, governed is not None, parsed.stream)
     try:
@@ -279,23 +289,16 @@ async def count_tokens(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     """Anthropic's ``count_tokens``: a question about a request, not a turn of the session, so
     nothing is stored; the upstream answers it (the offline one counts with the engine's
     tokenizer)."""
-    headers = _headers(request)
     try:
-        who: Caller = await stored(
-            caller, headers, needs_provider_key=not fmt.is_offline, provider=fmt.provider
-        )
-        with collector_paused():
-            parsed: WireRequest = fmt.wire.parse(request.body)
+        who, parsed = await _read(request, fmt)
     except Refused as refused:
         return refusal(fmt.provider, refused)
-    except BodyError as error:
-        return refusal(fmt.provider, Refused(400, error.message, field=error.field or None))
     if fmt.is_offline:
         model = f"{fmt.provider}:{parsed.model}"
         tokens = count_tokens_of([m.view for m in parsed.messages], model=model)
         tools = tool_definition_tokens(parsed.tools, tokenizer_for(model)) if parsed.tools else 0
         return JsonResponse({"input_tokens": tokens + tools})
-    sent = {**forwarded(headers, drop=AUTH_HEADERS), **who.provider_headers}
+    sent = {**forwarded(_headers(request), drop=AUTH_HEADERS), **who.provider_headers}
     try:
         answer = await call(fmt.base_url + fmt.path + "/count_tokens", request.body, sent)
         body = b"".join([chunk async for chunk in answer.chunks])

@@ -46,8 +46,10 @@ from gateway.wire.spans import (
     Span,
     array_spans,
     object_spans,
+    optional_list,
     read_body,
     replace_items,
+    required_string,
 )
 from gateway.wire.sse import Event
 
@@ -69,7 +71,7 @@ _FINISH: dict[str, FinishReason] = {
 def parse(body: bytes) -> WireRequest:
     """A Messages request read: a BodyError names the first field that is wrong."""
     text, members = read_body(body, arrays=frozenset({"messages"}))
-    model = _string(members, "model")
+    model = required_string(members, "model")
     messages_span = members.get("messages")
     if messages_span is None:
         raise BodyError("messages", "required")
@@ -83,7 +85,7 @@ def parse(body: bytes) -> WireRequest:
         value = _checked_message(storable(span.text, span.value), field)
         _named_calls(value, names)
         messages.append(WireMessage(span.text, value, build=partial(_view, value, names)))
-    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
+    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(optional_list(members, "tools"))]
     metadata = members["metadata"].value if "metadata" in members else None
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
     stream = members["stream"].value if "stream" in members else False
@@ -100,24 +102,6 @@ def parse(body: bytes) -> WireRequest:
         client_session=user_id if isinstance(user_id, str) and user_id else None,
         title=_first_prompt(messages),
     )
-
-
-def _string(members: dict[str, Span], name: str) -> str:
-    span = members.get(name)
-    if span is None:
-        raise BodyError(name, "required")
-    if not isinstance(span.value, str) or not span.value:
-        raise BodyError(name, "must be a non-empty string")
-    return span.value
-
-
-def _list(members: dict[str, Span], name: str) -> list[Any]:
-    span = members.get(name)
-    if span is None or span.value is None:
-        return []
-    if not isinstance(span.value, list):
-        raise BodyError(name, "must be an array")
-    return span.value
 
 
 def _system(span: Span) -> WireMessage:

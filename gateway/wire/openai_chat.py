@@ -55,8 +55,10 @@ from gateway.wire.spans import (
     Span,
     array_spans,
     object_spans,
+    optional_list,
     read_body,
     replace_items,
+    required_string,
 )
 from gateway.wire.sse import Event
 
@@ -78,7 +80,7 @@ _DONE = "[DONE]"
 def parse(body: bytes) -> WireRequest:
     """A Chat Completions request read: a BodyError names the first field that is wrong."""
     text, members = read_body(body, arrays=frozenset({"messages"}))
-    model = _string(members, "model")
+    model = required_string(members, "model")
     messages_span = members.get("messages")
     if messages_span is None:
         raise BodyError("messages", "required")
@@ -89,8 +91,10 @@ def parse(body: bytes) -> WireRequest:
         value = _checked_message(storable(span.text, span.value), field)
         _named_calls(value, names)
         messages.append(WireMessage(span.text, value, build=partial(_view, value, names)))
-    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
-    tools += [_function(f, f"functions[{i}]") for i, f in enumerate(_list(members, "functions"))]
+    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(optional_list(members, "tools"))]
+    tools += [
+        _function(f, f"functions[{i}]") for i, f in enumerate(optional_list(members, "functions"))
+    ]
     stream = members["stream"].value if "stream" in members else None
     if stream is not None and not isinstance(stream, bool):
         raise BodyError("stream", "must be true or false")
@@ -105,24 +109,6 @@ def parse(body: bytes) -> WireRequest:
         client_session=_client_session(members),
         title=_first_prompt(messages),
     )
-
-
-def _string(members: dict[str, Span], name: str) -> str:
-    span = members.get(name)
-    if span is None:
-        raise BodyError(name, "required")
-    if not isinstance(span.value, str) or not span.value:
-        raise BodyError(name, "must be a non-empty string")
-    return span.value
-
-
-def _list(members: dict[str, Span], name: str) -> list[Any]:
-    span = members.get(name)
-    if span is None or span.value is None:
-        return []
-    if not isinstance(span.value, list):
-        raise BodyError(name, "must be an array")
-    return span.value
 
 
 def _client_session(members: dict[str, Span]) -> str | None:

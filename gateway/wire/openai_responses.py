@@ -75,8 +75,10 @@ from gateway.wire.spans import (
     Span,
     array_spans,
     object_spans,
+    optional_list,
     read_body,
     replace_items,
+    required_string,
 )
 from gateway.wire.sse import Event
 
@@ -110,7 +112,7 @@ AGENTS.md text): sent as user messages before the first prompt, they make no tit
 def parse(body: bytes) -> WireRequest:
     """A Responses request read: a BodyError names the first field that is wrong."""
     text, members = read_body(body, arrays=frozenset({"input"}))
-    model = _string(members, "model")
+    model = required_string(members, "model")
     _stateless(members)
     messages: list[WireMessage] = []
     if "instructions" in members and members["instructions"].value is not None:
@@ -121,7 +123,7 @@ def parse(body: bytes) -> WireRequest:
         item = _checked_item(item, field)
         _named_call(item, names)
         messages.append(WireMessage(raw, _meaning(item), build=partial(_view, item, names)))
-    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(members, "tools"))]
+    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(optional_list(members, "tools"))]
     return WireRequest(
         wire=WIRE,
         text=text,
@@ -133,24 +135,6 @@ def parse(body: bytes) -> WireRequest:
         client_session=_client_session(members),
         title=_title(messages),
     )
-
-
-def _string(members: dict[str, Span], name: str) -> str:
-    span = members.get(name)
-    if span is None:
-        raise BodyError(name, "required")
-    if not isinstance(span.value, str) or not span.value:
-        raise BodyError(name, "must be a non-empty string")
-    return span.value
-
-
-def _list(members: dict[str, Span], name: str) -> list[Any]:
-    span = members.get(name)
-    if span is None or span.value is None:
-        return []
-    if not isinstance(span.value, list):
-        raise BodyError(name, "must be an array")
-    return span.value
 
 
 def _flag(members: dict[str, Span], name: str) -> bool:

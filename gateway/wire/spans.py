@@ -191,3 +191,23 @@ def collector_paused() -> Iterator[None]:
             _pauses -= 1
             if _pauses == 0:
                 gc.enable()
+
+
+def required_string(members: dict[str, Span], name: str) -> str:
+    """A top-level member that must be a non-empty string (a request's ``model``)."""
+    span = members.get(name)
+    if span is None:
+        raise BodyError(name, "required")
+    if not isinstance(span.value, str) or not span.value:
+        raise BodyError(name, "must be a non-empty string")
+    return span.value
+
+
+def optional_list(members: dict[str, Span], name: str) -> list[Any]:
+    """A top-level member that may be absent or null, else an array (a request's ``tools``)."""
+    span = members.get(name)
+    if span is None or span.value is None:
+        return []
+    if not isinstance(span.value, list):
+        raise BodyError(name, "must be an array")
+    return span.value

@@ -21,7 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.wire import WireMessage
 
 _VOLATILE = frozenset({"cache_control", "prompt_cache_breakpoint"})
 
@@ -98,11 +101,18 @@ def link(previous: str, value: Any, raw: str | None = None) -> str:
     return hashlib.sha256(previous.encode() + meaning).hexdigest()
 
 
-def hashes(wire: str, messages: Iterable[tuple[str, Any]]) -> list[str]:
-    """The chain hash of each message of a request, given as (text, value), in order."""
+def hashes(wire: str, messages: Iterable[WireMessage]) -> list[str]:
+    """The chain hash of each message of a request, in order. A message read from the
+    process's memory of the conversation (``gateway.wire.read_messages``) keeps the hash it
+    was given after the same predecessor, so only what is new is hashed."""
     chain: list[str] = []
     previous = root(wire)
-    for raw, value in messages:
-        previous = link(previous, value, raw)
+    for message in messages:
+        known = message.chained
+        if known is not None and known[0] == previous:
+            previous = known[1]
+        else:
+            known = message.chained = (previous, link(previous, message.value, message.raw))
+            previous = known[1]
         chain.append(previous)
     return chain

@@ -53,7 +53,7 @@ def thread(
     """The session ``request`` continues, its new messages appended (with their raw text and
     chain hashes), or a new session holding all of them."""
     with collector_paused():
-        hashes = chain.hashes(request.wire, ((m.raw, m.value) for m in request.messages))
+        hashes = chain.hashes(request.wire, request.messages)
     marker = storable_text(named or request.client_session or "")
     with transaction.atomic():
         found = _continued(owner, request.wire, hashes, marker)

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
-from gateway.wire.spans import BodyError, Span
+from gateway.wire.spans import BodyError, Span, array_spans, remember
 
 __all__ = [
     "BodyError",
@@ -25,6 +25,7 @@ __all__ = [
     "WireMessage",
     "WireRequest",
     "one_message",
+    "read_messages",
     "storable",
     "storable_text",
 ]
@@ -66,7 +67,7 @@ class WireMessage:
     conversation each time, and only the messages new to the session, or rewritten by
     governance, are ever looked at as views."""
 
-    __slots__ = ("_build", "_view", "raw", "value")
+    __slots__ = ("_build", "_view", "chained", "raw", "value")
 
     def __init__(
         self,
@@ -81,6 +82,10 @@ class WireMessage:
         self.value = value
         self._view = view
         self._build = build
+        self.chained: tuple[str, str] | None = None
+        """The chain hash before this message and its own, once worked out
+        (``gateway.chain.hashes``): the same message in the client's next request, read from
+        the process's memory, is not hashed again."""
 
     @property
     def view(self) -> ModelMessage:
@@ -91,6 +96,25 @@ class WireMessage:
 
     def __repr__(self) -> str:
         return f"WireMessage({self.raw[:60]!r})"
+
+
+type ReadItem = Callable[[Span, str, dict[str, str]], WireMessage]
+"""How a wire format reads one item of its messages array: its span, its field name (for a
+BodyError) and the tool names by call id seen so far, which it extends."""
+
+
+def read_messages(wire: str, span: Span, field: str, read: ReadItem) -> list[WireMessage]:
+    """The messages of a request's array ``span`` (read item by item, with ``wire`` as its
+    reader), each read by ``read``. The items this process read in the conversation's previous
+    request are taken as they were read then; the array is remembered for the next."""
+    known = span.known
+    messages = list(known.made) if known is not None else []
+    names: dict[str, str] = dict(known.state) if known is not None else {}
+    items = array_spans(span, field)
+    for index in range(len(messages), len(items)):
+        messages.append(read(items[index], f"{field}[{index}]", names))
+    remember(wire, span, messages, names)
+    return messages
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,11 +40,17 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest, one_message, storable
+from gateway.wire import (
+    StoredResponse,
+    WireMessage,
+    WireRequest,
+    one_message,
+    read_messages,
+    storable,
+)
 from gateway.wire.spans import (
     BodyError,
     Span,
-    array_spans,
     object_spans,
     optional_list,
     read_body,
@@ -70,21 +76,13 @@ _FINISH: dict[str, FinishReason] = {
 
 def parse(body: bytes) -> WireRequest:
     """A Messages request read: a BodyError names the first field that is wrong."""
-    text, members = read_body(body, arrays=frozenset({"messages"}))
+    text, members = read_body(body, arrays=frozenset({"messages"}), reader=WIRE)
     model = required_string(members, "model")
     messages_span = members.get("messages")
     if messages_span is None:
         raise BodyError("messages", "required")
-    spans = array_spans(messages_span, "messages")
-    messages: list[WireMessage] = []
-    names: dict[str, str] = {}
-    if "system" in members:
-        messages.append(_system(members["system"]))
-    for index, span in enumerate(spans):
-        field = f"messages[{index}]"
-        value = _checked_message(storable(span.text, span.value), field)
-        _named_calls(value, names)
-        messages.append(WireMessage(span.text, value, build=partial(_view, value, names)))
+    messages = [_system(members["system"])] if "system" in members else []
+    messages += read_messages(WIRE, messages_span, "messages", _message)
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(optional_list(members, "tools"))]
     metadata = members["metadata"].value if "metadata" in members else None
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
@@ -117,6 +115,12 @@ def _system(span: Span) -> WireMessage:
     wrapped = {"role": SYSTEM, "content": value}
     raw = f'{{"role":"{SYSTEM}","content":{span.text}}}'
     return WireMessage(raw, wrapped, ModelRequest(parts=[SystemPromptPart(content)]))
+
+
+def _message(span: Span, field: str, names: dict[str, str]) -> WireMessage:
+    value = _checked_message(storable(span.text, span.value), field)
+    _named_calls(value, names)
+    return WireMessage(span.text, value, build=partial(_view, value, names))
 
 
 def _checked_message(value: Any, field: str) -> dict[str, Any]:

@@ -49,7 +49,14 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest, one_message, storable
+from gateway.wire import (
+    StoredResponse,
+    WireMessage,
+    WireRequest,
+    one_message,
+    read_messages,
+    storable,
+)
 from gateway.wire.spans import (
     BodyError,
     Span,
@@ -79,18 +86,12 @@ _DONE = "[DONE]"
 
 def parse(body: bytes) -> WireRequest:
     """A Chat Completions request read: a BodyError names the first field that is wrong."""
-    text, members = read_body(body, arrays=frozenset({"messages"}))
+    text, members = read_body(body, arrays=frozenset({"messages"}), reader=WIRE)
     model = required_string(members, "model")
     messages_span = members.get("messages")
     if messages_span is None:
         raise BodyError("messages", "required")
-    messages: list[WireMessage] = []
-    names: dict[str, str] = {}
-    for index, span in enumerate(array_spans(messages_span, "messages")):
-        field = f"messages[{index}]"
-        value = _checked_message(storable(span.text, span.value), field)
-        _named_calls(value, names)
-        messages.append(WireMessage(span.text, value, build=partial(_view, value, names)))
+    messages = read_messages(WIRE, messages_span, "messages", _message)
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(optional_list(members, "tools"))]
     tools += [
         _function(f, f"functions[{i}]") for i, f in enumerate(optional_list(members, "functions"))
@@ -120,6 +121,12 @@ def _client_session(members: dict[str, Span]) -> str | None:
     metadata = members["metadata"].value if "metadata" in members else None
     marker = metadata.get("user_id") if isinstance(metadata, dict) else None
     return marker if isinstance(marker, str) and marker else None
+
+
+def _message(span: Span, field: str, names: dict[str, str]) -> WireMessage:
+    value = _checked_message(storable(span.text, span.value), field)
+    _named_calls(value, names)
+    return WireMessage(span.text, value, build=partial(_view, value, names))
 
 
 def _checked_message(value: Any, field: str) -> dict[str, Any]:
@@ -617,7 +624,7 @@ def response(text: str) -> StoredResponse | None:
         choice = array_spans(choices, "choices")[0]
         if not isinstance(choice.value, dict):
             return None
-        choice_members, _ = object_spans(text, choice.start, "choices[0]")
+        choice_members, _ = object_spans(choice.text, 0, "choices[0]")
         message = choice_members.get("message")
         if message is None:
             return None

@@ -69,7 +69,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from gateway.wire import StoredResponse, WireMessage, WireRequest, storable
+from gateway.wire import StoredResponse, WireMessage, WireRequest, read_messages, storable
 from gateway.wire.spans import (
     BodyError,
     Span,
@@ -111,18 +111,13 @@ AGENTS.md text): sent as user messages before the first prompt, they make no tit
 
 def parse(body: bytes) -> WireRequest:
     """A Responses request read: a BodyError names the first field that is wrong."""
-    text, members = read_body(body, arrays=frozenset({"input"}))
+    text, members = read_body(body, arrays=frozenset({"input"}), reader=WIRE)
     model = required_string(members, "model")
     _stateless(members)
     messages: list[WireMessage] = []
     if "instructions" in members and members["instructions"].value is not None:
         messages.append(_instructions(members["instructions"]))
-    names: dict[str, str] = {}
-    for index, (raw, item) in enumerate(_input(members)):
-        field = f"input[{index}]"
-        item = _checked_item(item, field)
-        _named_call(item, names)
-        messages.append(WireMessage(raw, _meaning(item), build=partial(_view, item, names)))
+    messages += _input(members)
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(optional_list(members, "tools"))]
     return WireRequest(
         wire=WIRE,
@@ -166,19 +161,27 @@ def _instructions(span: Span) -> WireMessage:
     return WireMessage(raw, value, ModelRequest(parts=[SystemPromptPart(text)]))
 
 
-def _input(members: dict[str, Span]) -> list[tuple[str, Any]]:
-    """Each input item's exact text and value (a NUL or half a surrogate pair read as U+FFFD,
-    the text left as written). A string ``input`` is one user message, whose text is the
-    string's own JSON in an easy-form message."""
+def _input(members: dict[str, Span]) -> list[WireMessage]:
+    """The input's items. A string ``input`` is one user message, whose text is the string's
+    own JSON in an easy-form message."""
     span = members.get("input")
     if span is None:
         raise BodyError("input", "required")
     if isinstance(span.value, str):
         raw = f'{{"role":"user","content":{span.text}}}'
-        return [(raw, {"role": "user", "content": storable(span.text, span.value)})]
+        value = {"role": "user", "content": span.value}
+        return [_item(Span(raw, 0, len(raw), value), "input", {})]
     if not isinstance(span.value, list):
         raise BodyError("input", "must be a string or an array of items")
-    return [(item.text, storable(item.text, item.value)) for item in array_spans(span, "input")]
+    return read_messages(WIRE, span, "input", _item)
+
+
+def _item(span: Span, field: str, names: dict[str, str]) -> WireMessage:
+    """One input item (a NUL or half a surrogate pair read as U+FFFD, the text left as
+    written)."""
+    item = _checked_item(storable(span.text, span.value), field)
+    _named_call(item, names)
+    return WireMessage(span.text, _meaning(item), build=partial(_view, item, names))
 
 
 def _client_session(members: dict[str, Span]) -> str | None:

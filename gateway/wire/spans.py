@@ -4,6 +4,12 @@ A gateway stores a client's messages as the client sent them and, where governan
 message alone, forwards those very bytes: key order, spacing, escapes and fields nobody here
 knows all survive. ``json.loads`` keeps none of that, so the body is walked with the standard
 decoder's ``raw_decode``, which reports where each value ends.
+
+A client resends its whole conversation with every request, so the messages array of one
+request opens with the array of the one before. A process remembers the arrays it read lately
+(``remember``): reading an array that opens with one of them, character for character, takes
+its items as they were read then and decodes only what follows, so a request costs what it
+adds, not what the conversation holds.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -39,7 +46,24 @@ class Span(NamedTuple):
     value: Any
     items: list[Span] | None = None
     """An array's items, each as a span, when it was read item by item (``read_body``'s
-    ``arrays``)."""
+    ``arrays``). An item's ``start`` and ``end`` are within the array's text."""
+    known: Known | None = None
+    """The array this process read before that this one opens with (``remember``): its items
+    are this one's first."""
+
+
+class Known(NamedTuple):
+    """An array a process read, remembered with what its reader made of each item."""
+
+    reader: str
+    """Who read it (a wire format): the same item reads differently in another format."""
+    text: str
+    """The array's text from its ``[`` through its last item."""
+    items: list[Span]
+    made: list[Any]
+    """What the reader made of each item, in order."""
+    state: dict[str, Any]
+    """What the reader knew after the last item (a copy: its own to keep)."""
 
 
 def _skip(text: str, at: int) -> int:
@@ -68,11 +92,16 @@ def _named(field: str, item: int | None) -> str:
 
 
 def object_spans(
-    text: str, at: int = 0, field: str = "", arrays: frozenset[str] = frozenset()
+    text: str,
+    at: int = 0,
+    field: str = "",
+    arrays: frozenset[str] = frozenset(),
+    reader: str = "",
 ) -> tuple[dict[str, Span], int]:
     """The members of the JSON object starting at ``at`` (after whitespace), each as a span,
     and where the object ends; an array member named in ``arrays`` with its items' spans too,
-    read once. A key given twice keeps its last value, as ``json.loads`` does."""
+    read once (those of an array ``reader`` remembered, taken from its memory). A key given
+    twice keeps its last value, as ``json.loads`` does."""
     at = _skip(text, at)
     if at >= len(text) or text[at] != "{":
         raise BodyError(field, "must be a JSON object")
@@ -90,8 +119,9 @@ def object_spans(
         start = _skip(text, at + 1)
         name = f"{field}.{key}" if field else key
         if key in arrays and text.startswith("[", start):
-            items, end = _items(text, start, name)
-            members[key] = Span(text[start:end], start, end, [i.value for i in items], items)
+            items, known, end = _items(text, start, name, reader)
+            values = [item.value for item in items]
+            members[key] = Span(text[start:end], start, end, values, items, known)
         else:
             value, end = _value(text, start, name)
             members[key] = Span(text[start:end], start, end, value)
@@ -104,26 +134,35 @@ def object_spans(
         raise BodyError(field, f"not valid JSON (',' or '}}' expected at character {at})")
 
 
-def _items(text: str, at: int, field: str) -> tuple[list[Span], int]:
-    """The items of the array starting at ``at``, each as a span, and where it ends."""
+def _items(text: str, start: int, field: str, reader: str) -> tuple[list[Span], Known | None, int]:
+    """The items of the array starting at ``start``, each as a span, the array ``reader``
+    remembered that it opens with (whose items are its first, not decoded again), and where
+    it ends."""
     items: list[Span] = []
-    at = _skip(text, at + 1)
+    at = _skip(text, start + 1)
     if text.startswith("]", at):
-        return items, at + 1
+        return items, None, at + 1
+    value, end = _value(text, at, field)
+    known = _MEMORY.opening(text, start, (reader, text[at:end])) if reader else None
+    if known is None:
+        items.append(Span(text[at:end], at - start, end - start, value))
+    else:
+        items.extend(known.items)
+        end = start + len(known.text)
     while True:
-        value, end = _value(text, at, field)
-        items.append(Span(text[at:end], at, end, value))
         at = _skip(text, end)
         if text.startswith(",", at):
             at = _skip(text, at + 1)
         elif text.startswith("]", at):
-            return items, at + 1
+            return items, known, at + 1
         else:
             raise BodyError(field, f"not valid JSON (',' or ']' expected at character {at})")
+        value, end = _value(text, at, field)
+        items.append(Span(text[at:end], at - start, end - start, value))
 
 
 def array_spans(span: Span, field: str) -> list[Span]:
-    """The items of a JSON array span, each as a span of the same body."""
+    """The items of a JSON array span, each as a span within the array's text."""
     if not isinstance(span.value, list):
         raise BodyError(field, "must be an array")
     if span.items is not None:
@@ -135,7 +174,7 @@ def array_spans(span: Span, field: str) -> list[Span]:
         return items
     while True:
         value, end = _value(text, at, field, len(items))
-        items.append(Span(text[at:end], span.start + at, span.start + end, value))
+        items.append(Span(text[at:end], at, end, value))
         at = _skip(text, end)
         if text[at] == ",":
             at = _skip(text, at + 1)
@@ -143,17 +182,99 @@ def array_spans(span: Span, field: str) -> list[Span]:
         return items  # "]": the whole array was decoded once already
 
 
-def read_body(body: bytes, arrays: frozenset[str] = frozenset()) -> tuple[str, dict[str, Span]]:
+def read_body(
+    body: bytes, arrays: frozenset[str] = frozenset(), reader: str = ""
+) -> tuple[str, dict[str, Span]]:
     """The body's text and its top-level members (those named in ``arrays`` read item by item,
-    once: a conversation's messages); a BodyError for anything but a JSON object in UTF-8."""
+    once: a conversation's messages, opening with what ``reader`` remembered); a BodyError for
+    anything but a JSON object in UTF-8."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise BodyError("", "the body must be JSON in UTF-8") from None
-    members, end = object_spans(text, arrays=arrays)
+    members, end = object_spans(text, arrays=arrays, reader=reader)
     if _skip(text, end) != len(text):
         raise BodyError("", "not valid JSON (text after the object)")
     return text, members
+
+
+class _Memory:
+    """The arrays a process read lately, by their first item's text; the newest ``ARRAYS`` of
+    them, ``CHARACTERS`` of text at most."""
+
+    ARRAYS = 512
+    CHARACTERS = 64 * 2**20
+
+    def __init__(self) -> None:
+        self._arrays: OrderedDict[tuple[str, str], list[Known]] = OrderedDict()
+        self._count = 0
+        self._characters = 0
+        self._lock = threading.Lock()
+
+    def opening(self, text: str, start: int, first: tuple[str, str]) -> Known | None:
+        """The longest remembered array ``text`` holds at ``start``, whole items of it."""
+        best: Known | None = None
+        with self._lock:
+            for known in self._arrays.get(first, ()):
+                if (best is None or len(known.text) > len(best.text)) and _opens(
+                    text, start, known.text
+                ):
+                    best = known
+        return best
+
+    def keep(self, known: Known, replacing: Known | None) -> None:
+        first = (known.reader, known.items[0].text)
+        with self._lock:
+            same = self._arrays.pop(first, [])
+            if replacing is not None and replacing in same:  # the conversation moved on
+                same.remove(replacing)
+                self._forget(replacing)
+            same.append(known)
+            self._arrays[first] = same
+            self._count += 1
+            self._characters += len(known.text)
+            while self._arrays and (
+                self._count > self.ARRAYS or self._characters > self.CHARACTERS
+            ):
+                oldest = next(iter(self._arrays))
+                for gone in self._arrays.pop(oldest):
+                    self._forget(gone)
+
+    def _forget(self, known: Known) -> None:
+        self._count -= 1
+        self._characters -= len(known.text)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._arrays.clear()
+            self._count = self._characters = 0
+
+
+def _opens(text: str, start: int, known: str) -> bool:
+    """Whether the array at ``start`` opens with the whole items of ``known`` (an item that
+    goes on, ``[1`` in ``[12]``, does not count)."""
+    if not text.startswith(known, start):
+        return False
+    after = _skip(text, start + len(known))
+    return text.startswith((",", "]"), after)
+
+
+_MEMORY = _Memory()
+
+
+def remember(reader: str, span: Span, made: list[Any], state: dict[str, Any]) -> None:
+    """Keeps an array ``reader`` read item by item (``read_body``'s ``arrays``) with what it
+    made of the items and what it knew after them, for its next body that opens with it."""
+    items = span.items
+    if not items or len(made) != len(items):
+        return
+    known = Known(reader, span.text[: items[-1].end], items, list(made), dict(state))
+    _MEMORY.keep(known, span.known)
+
+
+def forget_all() -> None:
+    """Every remembered array forgotten (a test that reads the same body afresh)."""
+    _MEMORY.clear()
 
 
 def splice(text: str, span: Span, replacement: str) -> str:

@@ -608,9 +608,7 @@ def test_the_output_sent_back_continues_the_chain(client: str) -> None:
     assert stored is not None
     first = wire.parse(b'{"model": "gpt-5-codex", "instructions": "Be brief.", "input": "hi"}')
     items = wire.response_items(stored)
-    chained = chain.hashes(
-        wire.WIRE, [(m.raw, m.value) for m in first.messages] + [(i.raw, i.value) for i in items]
-    )
+    chained = chain.hashes(wire.WIRE, [*first.messages, *items])
     sent = _sent_back(OUTPUT)[client]
     result = {"type": "function_call_output", "call_id": "call_7", "output": "1 passed"}
     body = {
@@ -620,7 +618,7 @@ def test_the_output_sent_back_continues_the_chain(client: str) -> None:
         "store": False,
     }
     following = wire.parse(json.dumps(body).encode())
-    hashes = chain.hashes(wire.WIRE, [(m.raw, m.value) for m in following.messages])
+    hashes = chain.hashes(wire.WIRE, following.messages)
     assert hashes[: len(chained)] == chained
     assert [chain.canonical(m.value) for m in following.messages[2:5]] == [
         chain.canonical(i.value) for i in items
@@ -847,9 +845,7 @@ def test_the_sdk_sends_an_offline_answer_back_as_the_chain_goes_on() -> None:
     assert [chain.canonical(json.loads(i.raw)) for i in items] == [
         chain.canonical(i.model_dump()) for i in final.output
     ]
-    chained = chain.hashes(
-        wire.WIRE, [(m.raw, m.value) for m in request.messages] + [(i.raw, i.value) for i in items]
-    )
+    chained = chain.hashes(wire.WIRE, [*request.messages, *items])
     call = final.output[1]
     assert call.type == "function_call"
     following = client.responses.create(
@@ -863,10 +859,7 @@ def test_the_sdk_sends_an_offline_answer_back_as_the_chain_goes_on() -> None:
     )
     assert "a.py" in following.output_text
     sent = seen[-1][0]
-    assert (
-        chain.hashes(wire.WIRE, [(m.raw, m.value) for m in sent.messages])[: len(chained)]
-        == chained
-    )
+    assert chain.hashes(wire.WIRE, sent.messages)[: len(chained)] == chained
 
 
 async def test_pydantic_ai_sends_the_offline_answers_back_as_the_chain_goes_on() -> None:
@@ -903,17 +896,8 @@ async def test_pydantic_ai_sends_the_offline_answers_back_as_the_chain_goes_on()
     stored = wire.response(answered.decode())
     assert stored is not None
     items = wire.response_items(stored)
-    chained = chain.hashes(
-        wire.WIRE, [(m.raw, m.value) for m in first.messages] + [(i.raw, i.value) for i in items]
-    )
-    print(
-        [chain.canonical(m.value) for m in second.messages],
-        [chain.canonical(i.value) for i in items],
-    )
-    assert (
-        chain.hashes(wire.WIRE, [(m.raw, m.value) for m in second.messages])[: len(chained)]
-        == chained
-    )
+    chained = chain.hashes(wire.WIRE, [*first.messages, *items])
+    assert chain.hashes(wire.WIRE, second.messages)[: len(chained)] == chained
 
 
 def test_a_nul_or_half_a_surrogate_pair_is_kept_as_written_and_read_as_a_replacement() -> None:
@@ -928,7 +912,7 @@ def test_a_nul_or_half_a_surrogate_pair_is_kept_as_written_and_read_as_a_replace
     assert prompt.raw == '{"role": "user", "content": "bad \\ud800 half"}'
     assert prompt.view.parts[0].content == "bad \ufffd half"
     assert wire.body(request, [m.raw for m in request.messages]) == body
-    assert chain.hashes(wire.WIRE, [(m.raw, m.value) for m in request.messages])
+    assert chain.hashes(wire.WIRE, request.messages)
     masked = ModelRequest(parts=[ToolReturnPart("tool", "[masked]", tool_call_id="c")])
     written = (
         wire.render(prompt.view, prompt, None) + "," + wire.render(masked, result, frozenset({0}))

@@ -5,7 +5,15 @@
 2. The request is threaded into its session and its new messages stored (``threads``).
 3. The upstream gets the client's body (observe) or the session Governor's request (govern).
 4. The answer is relayed as it arrives, byte for byte, while a reader beside it assembles the
-   response; once it is complete, it is stored after the request and the exchange recorded.
+   response; once the client has it whole, it is stored after the request and the exchange
+   recorded (``Recordings``).
+
+The gateway's own work is kept off the model's path where it can be. A client that asks for
+observe mode (``X-Ctxhub-Mode: observe``) has its request forwarded at once and threaded while
+the model works (a model slower to start its answer than the hub to store waits for nothing).
+Otherwise the session comes first, for its mode and, in govern mode, for the Governor's
+request. Every answer is recorded after the client has it (``Recordings``); a conversation's
+next request in the process waits for that before it is threaded.
 
 Storage never stands between an agent and its model in observe mode: when the database is away,
 the request is forwarded all the same and nothing is recorded; the client's next request carries
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,14 +44,14 @@ from django.utils import timezone
 from ctxhub.governance import count_tokens as count_tokens_of
 from ctxhub.governance import tool_definition_tokens
 from ctxhub.governance.tokens import tokenizer_for
-from gateway import threads
+from gateway import chain, threads
 from gateway.access import AUTH_HEADERS, Caller, caller
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
 from gateway.governing import GovernedRequest, governed_request, recovered
 from gateway.live import LiveAnswer
 from gateway.models import Exchange, Mode
-from gateway.storage import stored
+from gateway.storage import stored, stored_apart
 from gateway.threads import Thread
 from gateway.upstream import Answer, UpstreamTimeout, UpstreamUnreachable, call, forwarded
 from gateway.wire import BodyError, StoredResponse, WireRequest
@@ -73,7 +81,8 @@ class Outcome:
 
     wire: Any
     """The wire module the exchange speaks."""
-    thread: Thread | None
+    threading: asyncio.Future[Thread | None]
+    """The request's session and new messages, stored (None: storage was away)."""
     governed: bool
     stream: bool
     status: int | None = None
@@ -105,30 +114,40 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         who, parsed = await _read(request, fmt)
     except Refused as refused:
         return refusal(fmt.provider, refused)
-    thread, governed = await _prepare(who, parsed, fmt, headers, asked_mode)
-    outcome = Outcome(fmt.wire, thread, governed is not None, parsed.stream)
+    with collector_paused():
+        hashes = chain.hashes(parsed.wire, parsed.messages)
+    await RECORDINGS.settled(hashes)
+    threading = asyncio.ensure_future(_thread(who, parsed, fmt, headers, asked_mode, hashes))
+    governed = None
+    if asked_mode != Mode.OBSERVE:
+        thread = await threading
+        if thread is not None and (asked_mode or thread.gateway.mode) == Mode.GOVERN:
+            governed = await _governed(thread, parsed, fmt)
+    outcome = Outcome(fmt.wire, threading, governed is not None, parsed.stream)
     try:
         upstream_body = parsed.text.encode() if governed is None else governed.body
         answer = await _call(fmt, parsed, upstream_body, headers, who)
         if governed is not None and answer.status in OVERFLOW_STATUSES:
+            thread = threading.result()
             assert thread is not None
             answer = await _recover(answer, thread, parsed, fmt, governed, headers, who)
     except UpstreamTimeout as exc:
         outcome.error = f"the upstream did not answer in time ({exc})"
-        await _record(outcome)
+        RECORDINGS.start(outcome, hashes)
         return refusal(fmt.provider, Refused(504, outcome.error))
     except UpstreamUnreachable as exc:
         outcome.error = f"the upstream could not be reached ({exc})"
-        await _record(outcome)
+        RECORDINGS.start(outcome, hashes)
         return refusal(fmt.provider, Refused(502, outcome.error))
     outcome.status = answer.status
     extra = {"X-Ctxhub-Governed": "yes" if governed is not None else "no"}
+    thread = await threading  # in observe mode, stored while the model worked
     if thread is not None:
         extra["X-Ctxhub-Session"] = str(thread.session.pk)
     streamed = answer.status < 400 and "text/event-stream" in (answer.header("content-type") or "")
     if streamed:
         relayed = StreamingHttpResponse(
-            _relay(answer, fmt, outcome, parsed.model), status=answer.status
+            _relay(answer, fmt, outcome, parsed.model, hashes), status=answer.status
         )
         _copy_headers(relayed, answer, extra)
         return relayed
@@ -136,46 +155,54 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         body = b"".join([chunk async for chunk in answer.chunks])
     except (UpstreamTimeout, UpstreamUnreachable) as exc:
         outcome.error = f"the upstream's answer broke off ({exc})"
-        await _record(outcome)
+        RECORDINGS.start(outcome, hashes)
         return refusal(fmt.provider, Refused(502, outcome.error))
     text = body.decode("utf-8", "replace")
     if answer.status < 400:
         outcome.response, outcome.complete = fmt.wire.response(text), True
     else:
         outcome.error = text[:2000]
-    await _record(outcome)
+    RECORDINGS.start(outcome, hashes)
     whole = HttpResponse(body, status=answer.status)
     _copy_headers(whole, answer, extra)
     return whole
 
 
-async def _prepare(
-    who: Caller, parsed: WireRequest, fmt: Format, headers: dict[str, str], asked_mode: str | None
-) -> tuple[Thread | None, GovernedRequest | None]:
-    """The request's session (None when storage is away) and, in govern mode, the Governor's
-    request (None: the upstream gets the client's own)."""
+async def _thread(
+    who: Caller,
+    parsed: WireRequest,
+    fmt: Format,
+    headers: dict[str, str],
+    asked_mode: str | None,
+    hashes: list[str],
+) -> Thread | None:
+    """The request's session, its new messages stored; None when storage is away. (Apart
+    from the request's thread: in observe mode the response may be gone before it starts.)"""
     try:
-        thread = await stored(
+        return await stored_apart(
             threads.thread,
             who.key.owner_id,
             parsed,
+            hashes,
             provider=fmt.provider,
             named=headers.get(SESSION_HEADER, "").strip()[:200] or None,
             mode=asked_mode or settings.CTXHUB_GATEWAY_MODE,
         )
     except DatabaseError as exc:
         log.warning("gateway: request forwarded unrecorded, storage is away: %s", exc)
-        return None, None
-    mode = asked_mode or thread.gateway.mode
-    if mode != Mode.GOVERN:
-        return thread, None
+        return None
+
+
+async def _governed(thread: Thread, parsed: WireRequest, fmt: Format) -> GovernedRequest | None:
+    """The Governor's request; None (the upstream gets the client's own) when storage is
+    away."""
     try:
-        return thread, await stored(governed_request, thread.session, parsed, fmt.wire)
+        return await stored(governed_request, thread.session, parsed, fmt.wire)
     except DatabaseError as exc:
         log.warning(
             "gateway: session %s forwarded ungoverned, storage is away: %s", thread.session.pk, exc
         )
-        return thread, None
+        return None
 
 
 OVERFLOW_STATUSES = frozenset({400, 413})
@@ -218,14 +245,16 @@ def _copy_headers(response: HttpResponseBase, answer: Answer, extra: dict[str, s
         response[name] = value
 
 
-async def _relay(answer: Answer, fmt: Format, outcome: Outcome, model: str) -> AsyncIterator[bytes]:
+async def _relay(
+    answer: Answer, fmt: Format, outcome: Outcome, model: str, hashes: list[str]
+) -> AsyncIterator[bytes]:
     """The upstream's bytes, as they come; the response assembled beside them is stored once
     the stream ends. A client that goes away closes the upstream call; what the model had
     answered by then is kept on the exchange, not in the log (the client never saw it whole,
     and its next request will not carry it)."""
     reader = EventReader()
     assembler = fmt.wire.StreamAssembler()
-    thread = outcome.thread
+    thread = outcome.threading.result()
     live = None if thread is None else await LiveAnswer.begin(thread.session, model)
     try:
         async for chunk in answer.chunks:
@@ -243,30 +272,55 @@ async def _relay(answer: Answer, fmt: Format, outcome: Outcome, model: str) -> A
         if not outcome.complete and not outcome.error:
             outcome.error = "the client went away mid-stream"
         outcome.response = assembler.result()
-        await asyncio.shield(_finish(answer, outcome, live))
+        await asyncio.shield(answer.close())
+        RECORDINGS.start(outcome, hashes, live)
 
 
-async def _finish(answer: Answer, outcome: Outcome, live: LiveAnswer | None) -> None:
-    await answer.close()
-    await _record(outcome)
+class Recordings:
+    """The exchanges being recorded after their clients had the answer, by the conversation
+    they end: the conversation's next request waits for its previous exchange's, so the answer
+    is stored before the request that carries it back is threaded (and not stored twice). A
+    request that reaches another process first stores the answer as the client sent it back;
+    the recording then finds the session moved on and leaves the log alone."""
+
+    def __init__(self) -> None:
+        self._running: dict[tuple[int, str], asyncio.Task[None]] = {}
+
+    def start(
+        self, outcome: Outcome, hashes: Sequence[str], live: LiveAnswer | None = None
+    ) -> None:
+        """Records ``outcome`` (of a request whose chain is ``hashes``) in the background."""
+        key = (len(hashes), hashes[-1] if hashes else "")
+        task = asyncio.ensure_future(_record(outcome, live))
+        self._running[key] = task
+        task.add_done_callback(lambda _: self._running.pop(key, None))
+
+    async def settled(self, hashes: Sequence[str]) -> None:
+        """Waits for the recordings of the exchanges ``hashes`` continues."""
+        waiting = [
+            task
+            for (length, end), task in list(self._running.items())
+            if 0 < length <= len(hashes) and hashes[length - 1] == end
+        ]
+        if waiting:
+            await asyncio.wait(waiting)
+
+
+RECORDINGS = Recordings()
+
+
+async def _record(outcome: Outcome, live: LiveAnswer | None = None) -> None:
+    thread = await outcome.threading
+    if thread is not None:
+        try:
+            await stored_apart(_write, outcome, thread)
+        except DatabaseError as exc:
+            log.warning("gateway: exchange of session %s not recorded: %s", thread.session.pk, exc)
     if live is not None:
         await live.ended()
 
 
-async def _record(outcome: Outcome) -> None:
-    if outcome.thread is None:
-        return
-    try:
-        await stored(_write, outcome)
-    except DatabaseError as exc:
-        log.warning(
-            "gateway: exchange of session %s not recorded: %s", outcome.thread.session.pk, exc
-        )
-
-
-def _write(outcome: Outcome) -> None:
-    thread = outcome.thread
-    assert thread is not None
+def _write(outcome: Outcome, thread: Thread) -> None:
     response = outcome.response
     seq = None
     if response is not None and outcome.complete:

@@ -23,6 +23,14 @@ async def stored[**P, R](work: Callable[P, R], *args: P.args, **kwargs: P.kwargs
         return await sync_to_async(_released(work))(*args, **kwargs)
 
 
+async def stored_apart[**P, R](work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``work(*args, **kwargs)`` as ``stored`` runs it, on a thread of the event loop's pool:
+    for work that outlives its request (an exchange recorded after the client had the
+    answer), whose own thread is gone by then."""
+    async with RUNNING:
+        return await sync_to_async(_released(work), thread_sensitive=False)(*args, **kwargs)
+
+
 def _released[**P, R](work: Callable[P, R]) -> Callable[P, R]:
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:

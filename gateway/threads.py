@@ -22,7 +22,6 @@ from django.db import transaction
 from gateway import chain
 from gateway.models import GatewaySession, RawMessage
 from gateway.wire import WireMessage, WireRequest, storable_text
-from gateway.wire.spans import collector_paused
 from sessions.models import AgentSession, MessageSource
 from sessions.services.log import append_messages
 from sessions.services.tools import set_tools
@@ -48,12 +47,16 @@ class Thread:
 
 
 def thread(
-    owner: int, request: WireRequest, *, provider: str, named: str | None, mode: str
+    owner: int,
+    request: WireRequest,
+    hashes: Sequence[str],
+    *,
+    provider: str,
+    named: str | None,
+    mode: str,
 ) -> Thread:
     """The session ``request`` continues, its new messages appended (with their raw text and
-    chain hashes), or a new session holding all of them."""
-    with collector_paused():
-        hashes = chain.hashes(request.wire, request.messages)
+    chain hashes, ``gateway.chain.hashes``), or a new session holding all of them."""
     marker = storable_text(named or request.client_session or "")
     with transaction.atomic():
         found = _continued(owner, request.wire, hashes, marker)
@@ -77,12 +80,15 @@ def _continued(
     """The session whose stored end is the request's longest prefix, and that prefix's
     length; its row locked until the append commits, so two requests of one session take
     turns."""
-    position = {value: index for index, value in enumerate(hashes)}
-    newest_first = hashes[::-1]
     looked = 0
     for batch in (*LOOKUP_BATCHES, len(hashes)):
-        candidates = newest_first[looked:batch]
+        # The newest hashes not looked up yet, by their position in the request.
+        position = {
+            hashes[index]: index
+            for index in range(len(hashes) - 1 - looked, max(-1, len(hashes) - 1 - batch), -1)
+        }
         looked = max(looked, batch)
+        candidates = list(position)
         if not candidates:
             continue
         found = list(

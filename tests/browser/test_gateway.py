@@ -17,6 +17,7 @@ from sessions.models import AgentSession
 from tests.browser.test_controls import log_in
 from tests.conftest import ARTIFACTS, required_env
 from tests.gateway.fake_upstream import FakeUpstream, Slow, Text, running_fake_upstream
+from tests.gateway.waiting import wait_until_quiet
 from tests.processes import asgi_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -94,3 +95,4 @@ def test_an_answer_streams_into_the_session_page_then_stands_in_the_timeline(
     assert len(seen) >= 3
     assert all(WORDS.startswith(text) for text in seen)
     assert session.messages.count() == 5  # system, prompt, answer, prompt, answer
+    wait_until_quiet()  # the exchange is recorded after the answer is stored

@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import ARTIFACTS
 from tests.gateway.fake_upstream import FakeUpstream, running_fake_upstream
+from tests.gateway.waiting import wait_until_quiet
 from tests.processes import asgi_server
 
 TIMEOUT_SECONDS = 3
@@ -29,7 +30,9 @@ def served(django_db_setup: None) -> Iterator[tuple[str, FakeUpstream]]:
 
 
 @pytest.fixture
-def upstream(served: tuple[str, FakeUpstream]) -> FakeUpstream:
-    """The fake provider, with nothing received or scripted yet."""
+def upstream(served: tuple[str, FakeUpstream]) -> Iterator[FakeUpstream]:
+    """The fake provider, with nothing received or scripted yet; at the test's end, the hub
+    done recording what the test sent."""
     served[1].reset()
-    return served[1]
+    yield served[1]
+    wait_until_quiet()

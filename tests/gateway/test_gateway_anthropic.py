@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from tests.gateway.fake_upstream import (
     Thinking,
     ToolCalls,
 )
+from tests.gateway.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,13 +121,6 @@ def tool_loop(
         else:
             messages.append({"role": "user", "content": f"Now the next file, #{turn}."})
     return messages
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def only_session() -> AgentSession:

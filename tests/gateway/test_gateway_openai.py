@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +23,7 @@ from gateway.models import Exchange, GatewaySession, RawMessage
 from sessions.api.keys import create_key
 from sessions.models import AgentSession, SentRequest
 from tests.gateway.fake_upstream import FakeUpstream, Text, ToolCalls
+from tests.gateway.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,13 +47,6 @@ TOOLS = [
 @pytest.fixture
 def hub_key(alice: Any) -> str:
     return create_key(alice, name="gateway", scopes=["read", "write"])[1]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def sdk(url: str, hub_key: str, mode: str, sent: list[bytes] | None = None) -> openai.OpenAI:

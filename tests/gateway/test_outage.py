@@ -19,6 +19,7 @@ from sessions.api.keys import create_key
 from sessions.models import AgentSession
 from tests.conftest import ARTIFACTS
 from tests.gateway.fake_upstream import FakeUpstream, Text, running_fake_upstream
+from tests.gateway.waiting import wait_for
 from tests.processes import asgi_server, free_port, shared_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,6 +124,7 @@ def test_calls_reach_the_model_while_the_database_is_away_and_the_session_catche
         return answer.headers["x-ctxhub-governed"]
 
     assert turn("observe", "first") == "no"
+    wait_for(lambda: Exchange.objects.count() == 1, "the first exchange recorded")
     proxy.cut()
     try:
         assert turn("observe", "second, with the database away") == "no"
@@ -145,5 +147,6 @@ def test_calls_reach_the_model_while_the_database_is_away_and_the_session_catche
     # The next request carried the whole conversation: the log has every message once, the
     # outage's answers included, as the client sent them back.
     session = AgentSession.objects.get(gateway__isnull=False)
+    wait_for(lambda: Exchange.objects.filter(session=session).count() == 2, "the fourth exchange")
     assert session.messages.count() == 1 + len(messages)
-    assert Exchange.objects.filter(session=session).count() == 2  # the outage's went unrecorded
+    assert Exchange.objects.count() == 2  # the outage's went unrecorded

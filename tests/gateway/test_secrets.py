@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from tests.gateway.fake_upstream import (
     openai_error,
     running_fake_upstream,
 )
+from tests.gateway.waiting import wait_for
 from tests.processes import asgi_server
 from tests.tracing import OtlpReceiver
 
@@ -132,13 +132,6 @@ def chat_body(text: str, **extra: Any) -> dict[str, Any]:
         ],
         **extra,
     }
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @dataclass

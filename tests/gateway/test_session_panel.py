@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from gateway import chain
 from gateway.models import GatewaySession
 from gateway.threads import thread
 from gateway.wire import anthropic
@@ -26,7 +27,10 @@ def gateway_session(owner: Any, system: str, *, marker: str = "client-1") -> Age
         "messages": [{"role": "user", "content": f"task for {system}"}],
     }
     request = anthropic.parse(json.dumps(body).encode())
-    return thread(owner.pk, request, provider="anthropic", named=None, mode="observe").session
+    hashes = chain.hashes(request.wire, request.messages)
+    return thread(
+        owner.pk, request, hashes, provider="anthropic", named=None, mode="observe"
+    ).session
 
 
 def test_the_page_says_the_mode_and_links_parent_and_sub_agents(client: Client, alice: Any) -> None:

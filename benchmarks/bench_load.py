@@ -134,12 +134,14 @@ def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
 
 
 @contextlib.contextmanager
-def web(env: dict[str, str], processes: int) -> Iterator[tuple[str, int]]:
-    """The web server's URL and process group."""
+def web(
+    env: dict[str, str], processes: int, log: Path = LOGS / "web.log"
+) -> Iterator[tuple[str, int]]:
+    """The web server's URL and process group (its output in ``log``)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = ["bash", "scripts/web.sh", f"127.0.0.1:{port}"]
-    with process(args, {**env, "WEB_CONCURRENCY": str(processes)}, LOGS / "web.log") as server:
+    with process(args, {**env, "WEB_CONCURRENCY": str(processes)}, log) as server:
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -148,7 +150,7 @@ def web(env: dict[str, str], processes: int) -> Iterator[tuple[str, int]]:
                         break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError((LOGS / "web.log").read_text()[-3000:]) from None
+                    raise RuntimeError(log.read_text()[-3000:]) from None
                 time.sleep(0.2)
         # Every process booted, not just the first (each answers on its own).
         time.sleep(2 * processes)

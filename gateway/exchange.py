@@ -305,6 +305,12 @@ class Recordings:
         if waiting:
             await asyncio.wait(waiting)
 
+    async def idle(self) -> None:
+        """Waits until no recording runs in this process (``benchmarks/bench_gateway.py``
+        counts a request's recording as part of its work)."""
+        while self._running:
+            await asyncio.wait(list(self._running.values()))
+
 
 RECORDINGS = Recordings()
 

@@ -70,6 +70,11 @@ class AgentSession(models.Model):
     tool_encoding = models.CharField(
         max_length=32, blank=True, help_text="The encoding `tool_tokens` were counted with."
     )
+    log_tokens = models.BigIntegerField(
+        default=0,
+        help_text="The sum of its messages' stored token counts, kept by every write of them "
+        "(an append, a fork's copy, a recount): the log's size without reading the log.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

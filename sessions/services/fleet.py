@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q
 from django.db.models.functions import Coalesce
 
 from sessions import events, snapshots
@@ -95,7 +95,6 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
     """The sessions ``user`` may see matching ``query`` (title or model), sorted by ``sort``."""
     sessions = visible_sessions(user).annotate(
         message_count=Count("messages", distinct=True),
-        log_tokens=Sum("messages__tokens"),
         compaction_count=Count(
             "compactions", filter=Q(compactions__undone_at__isnull=True), distinct=True
         ),

@@ -103,13 +103,16 @@ def append_messages(
     messages = [message_from_payload(payload) for payload in payloads]
     tokenizer = session_tokenizer(session)
     with transaction.atomic():
-        # Updating the session row locks it until commit, so concurrent appends to one
-        # session take turns and get consecutive, unique seq numbers.
-        AgentSession.objects.filter(pk=session.pk).update(updated_at=timezone.now())
-        # The log's size comes with its end: the live meter and the compaction check need it
-        # after commit, and the lock makes it exact here.
-        before = session.messages.aggregate(last=Max("seq"), tokens=Sum("tokens"))
-        start = 0 if before["last"] is None else before["last"] + 1
+        # Locking the session row until commit makes concurrent appends to one session take
+        # turns and get consecutive, unique seq numbers; the log's size it keeps (the live
+        # meter and the compaction check need it after commit) is exact under the lock.
+        tokens_before = (
+            AgentSession.objects.select_for_update()
+            .values_list("log_tokens", flat=True)
+            .get(pk=session.pk)
+        )
+        last = session.messages.aggregate(last=Max("seq"))["last"]
+        start = 0 if last is None else last + 1
         if expected_seq is not None and expected_seq != start:
             raise Conflict(
                 f"expected_seq is {expected_seq} but the next message would be #{start}: "
@@ -124,9 +127,13 @@ def append_messages(
             ]
         )
         store_pieces(session, zip((row.seq for row in rows), messages, strict=True))
+        tokens = tokens_before + sum(row.tokens for row in rows)
+        AgentSession.objects.filter(pk=session.pk).update(
+            updated_at=timezone.now(), log_tokens=tokens
+        )
         totals = TokenTotals(
             messages=start + len(rows),
-            tokens=(before["tokens"] or 0) + sum(row.tokens for row in rows),
+            tokens=tokens,
             window=session_window(session),
             encoding=tokenizer.encoding_name,
             exact=tokenizer.exact,
@@ -186,18 +193,26 @@ class TokenTotals:
 def token_totals(session: AgentSession) -> TokenTotals:
     """The size of the whole log against the session's window, from the cached counts (and
     the encoding they were made with, as stored: no encoding is loaded for it)."""
-    agg = session.messages.aggregate(tokens=Sum("tokens"), messages=Max("seq"))
+    agg = session.messages.aggregate(messages=Max("seq"))
+    tokens = AgentSession.objects.values_list("log_tokens", flat=True).get(pk=session.pk)
     counted_with = session.messages.order_by("-seq").values_list("encoding", "tokens_exact").first()
     if counted_with is None:
         tokenizer = session_tokenizer(session)
         counted_with = (tokenizer.encoding_name, tokenizer.exact)
     return TokenTotals(
         messages=0 if agg["messages"] is None else agg["messages"] + 1,
-        tokens=agg["tokens"] or 0,
+        tokens=tokens,
         window=session_window(session),
         encoding=counted_with[0],
         exact=counted_with[1],
     )
+
+
+def keep_log_tokens(session: AgentSession) -> None:
+    """The session's ``log_tokens`` set from its messages (after a write that is not an
+    append: a fork's copy, a recount)."""
+    total = session.messages.aggregate(tokens=Sum("tokens"))["tokens"] or 0
+    AgentSession.objects.filter(pk=session.pk).update(log_tokens=total)
 
 
 def recount_tokens(session: AgentSession) -> TokenTotals:
@@ -227,6 +242,7 @@ def recount_tokens(session: AgentSession) -> TokenTotals:
                 tokens_exact=tokenizer.exact,
                 facts=facts.to_json(),
             )
+        keep_log_tokens(session)
     totals = replace(token_totals(session), recounted=len(stale))
     events.send(events.meter_changed, session=session, totals=totals)
     return totals
@@ -246,10 +262,7 @@ class SessionSummary:
 
 def sessions_for(user: Any) -> list[SessionSummary]:
     """A user's own sessions, newest first, with their sizes against their windows."""
-    rows = AgentSession.objects.filter(owner=user).annotate(
-        message_count=Count("messages"), token_total=Sum("messages__tokens")
-    )
+    rows = AgentSession.objects.filter(owner=user).annotate(message_count=Count("messages"))
     return [
-        SessionSummary(row, row.message_count, row.token_total or 0, session_window(row))
-        for row in rows
+        SessionSummary(row, row.message_count, row.log_tokens, session_window(row)) for row in rows
     ]

@@ -48,3 +48,19 @@ def test_masking_turned_off_by_keeping_nothing_stays_off(alice: Any) -> None:
     }
     assert not Policy.model_validate(off.policy).masking.enabled
     assert some.policy == {"masking": {"keep_first": 0}}
+
+
+def test_each_session_gets_the_sum_of_its_messages_tokens(alice: Any) -> None:
+    from django.db.models import Sum
+
+    from sessions import services
+    from tests.messages import user
+
+    full = make_session(alice, title="full")
+    services.append_messages(full, [user("one two three"), user("four five six seven")])
+    empty = make_session(alice, title="empty")
+    total = full.messages.aggregate(total=Sum("tokens"))["total"]
+    _migrate(("agent_sessions", "0012_alter_message_source"))
+    _migrate(("agent_sessions", "0013_session_log_tokens"))
+    assert AgentSession.objects.get(pk=full.pk).log_tokens == total > 0
+    assert AgentSession.objects.get(pk=empty.pk).log_tokens == 0

@@ -593,8 +593,8 @@ TIMED: dict[str, tuple[str, str]] = {
 PHASES: list[tuple[str, str, str]] = [
     ("authenticate the keys (and count the rate)", "caller", ""),
     ("parse the body (wire.parse)", "parse", ""),
+    ("chain hashes (of the messages new to the process)", "hashes", ""),
     ("thread: find the session, store the new messages", "thread", ""),
-    ("chain hashes of every message", "hashes", "thread"),
     ("look the session up (_continued)", "continued", "thread"),
     ("start a session (_start)", "start", "thread"),
     ("store the new messages (_store)", "store", "thread"),

@@ -300,8 +300,12 @@ class Recordings:
         """Records ``outcome`` (of a request whose chain is ``hashes``) in the background."""
         key = (len(hashes), hashes[-1] if hashes else "")
         task = asyncio.ensure_future(_record(outcome, live))
-        self._running[key] = task
-        task.add_done_callback(lambda _: self._running.pop(key, None))
+        self._running[key] = task  # a retry of the same request: the newer one is waited for
+        task.add_done_callback(lambda done: self._forget(key, done))
+
+    def _forget(self, key: tuple[int, str], done: asyncio.Task[None]) -> None:
+        if self._running.get(key) is done:
+            del self._running[key]
 
     async def settled(self, hashes: Sequence[str]) -> None:
         """Waits for the recordings of the exchanges ``hashes`` continues."""

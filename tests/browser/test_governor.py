@@ -120,6 +120,7 @@ def test_the_trajectory_plots_each_request_sent_and_opens_one(
     page: Page, live_url: str, session: Any
 ) -> None:
     requests = list(SentRequest.objects.filter(session=session))
+    page.add_init_script(WATCH_OPEN)
     log_in(page, live_url, session.get_absolute_url())
     chart = page.get_by_test_id("trajectory-chart")
     expect(chart.locator("canvas")).to_have_count(1)
@@ -139,8 +140,7 @@ def test_the_trajectory_plots_each_request_sent_and_opens_one(
     chart.scroll_into_view_if_needed()
     shot(page, "trajectory-sent")
     # A click on the chart opens the request under the cursor, as it was sent.
-    box = chart.locator(".u-over").bounding_box()
-    assert box is not None
+    box = _drawn_box(page)
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
     page.mouse.click(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
     page.wait_for_url(re.compile(r"/requests/\d+/$"))
@@ -155,17 +155,13 @@ def test_the_trajectory_plots_each_request_sent_and_opens_one(
     shot(page, "sent-request")
 
 
-def test_a_click_near_a_lone_request_opens_it(page: Page, live_url: str, alice: Any) -> None:
-    """An agent that pulls its context now and then leaves requests far apart on the chart: a
-    click beside one still opens it, a click far from any opens nothing."""
-    session = make_session(alice, title="Pulls now and then", policy=SMALL_POLICY)
-    for n in range(40):
-        services.append_messages(session, turn(n), auto_compact=False)
-    services.send_context(session)
-    page.add_init_script("document.addEventListener('htmx:wsOpen', () => { window.open_ = true })")
-    log_in(page, live_url, session.get_absolute_url())
-    # The socket's opening has the page draw the trajectory again (600 ms after): a click on
-    # the chart it replaces would be lost, so the clicks come after that.
+WATCH_OPEN = "document.addEventListener('htmx:wsOpen', () => { window.open_ = true })"
+
+
+def _drawn_box(page: Page) -> dict[str, float]:
+    """The trajectory chart's plotting area, once the page has drawn it again on its socket's
+    opening (600 ms after it; needs ``WATCH_OPEN``): a click on the chart it replaces would be
+    lost."""
     page.wait_for_function("() => window.open_ === true", timeout=10_000)
     page.wait_for_timeout(1_500)
     chart = page.get_by_test_id("trajectory-chart")
@@ -173,6 +169,19 @@ def test_a_click_near_a_lone_request_opens_it(page: Page, live_url: str, alice: 
     chart.scroll_into_view_if_needed()
     box = chart.locator(".u-over").bounding_box()
     assert box is not None
+    return dict(box)
+
+
+def test_a_click_near_a_lone_request_opens_it(page: Page, live_url: str, alice: Any) -> None:
+    """An agent that pulls its context now and then leaves requests far apart on the chart: a
+    click beside one still opens it, a click far from any opens nothing."""
+    session = make_session(alice, title="Pulls now and then", policy=SMALL_POLICY)
+    for n in range(40):
+        services.append_messages(session, turn(n), auto_compact=False)
+    services.send_context(session)
+    page.add_init_script(WATCH_OPEN)
+    log_in(page, live_url, session.get_absolute_url())
+    box = _drawn_box(page)
     middle = box["y"] + box["height"] / 2
     page.mouse.click(box["x"] + box["width"] * 0.3, middle)
     page.wait_for_timeout(500)  # a navigation would have begun by now

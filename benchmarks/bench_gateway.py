@@ -193,6 +193,7 @@ class Conversation:
     next message (the tool's result, or the next prompt)."""
 
     def __init__(self, seed: int, low: int = 300, high: int = 4_000) -> None:
+        self.seed = seed
         self.rng = random.Random(seed)
         self.low, self.high = low, high
         self.messages: list[dict[str, Any]] = [{"role": "user", "content": self.prompt(0)}]
@@ -364,6 +365,7 @@ def sequential(
     first, then directly the body it sent upstream (and the client's own, for reference)."""
     done: list[Turn] = []
     gw_headers, direct_headers = headers_for(key, mode), headers_for(None, None)
+    gw_headers["x-ctxhub-session"] = f"{label}-{conversation.seed}"
     with httpx.Client(timeout=TIMEOUT) as gw, httpx.Client(timeout=TIMEOUT) as direct:
         for n in range(turns):
             stream = streams(n)
@@ -388,7 +390,8 @@ def sequential(
                 raise RuntimeError(f"{label} turn {n}: {through.status} {through.body[:500]!r}")
             if mode == "govern" and through.headers.get("x-ctxhub-governed") != "yes":
                 raise RuntimeError(f"{label} turn {n}: forwarded ungoverned")
-            conversation.session = through.headers.get("x-ctxhub-session", "")
+            # Observe mode forwards before the session is found: its answers do not name it.
+            conversation.session = through.headers.get("x-ctxhub-session") or conversation.session
             done.append(
                 Turn(len(conversation.messages), stream, len(body), through, baseline, sent, own)
             )
@@ -562,7 +565,7 @@ def crowd_results(crowd: Crowd) -> dict[str, Any]:
 
 # The functions timed: a name, and where the function is looked up when it is called.
 TIMED: dict[str, tuple[str, str]] = {
-    "caller": ("gateway.exchange", "caller"),
+    "caller": ("gateway.exchange", "calling"),
     "parse": ("gateway.wire.anthropic", "parse"),
     "thread": ("gateway.threads", "thread"),
     "hashes": ("gateway.chain", "hashes"),
@@ -582,7 +585,7 @@ TIMED: dict[str, tuple[str, str]] = {
     "report": ("sessions.services.governed", "GovernedContext.report"),
     "written": ("gateway.governing", "_written"),
     "call": ("gateway.exchange", "_call"),
-    "live": ("gateway.live", "LiveAnswer.begin"),
+    "live": ("gateway.live", "_watched"),
     "write": ("gateway.exchange", "_write"),
     "store_response": ("gateway.threads", "store_response"),
 }
@@ -612,7 +615,7 @@ PHASES: list[tuple[str, str, str]] = [
     ("the report (context.report)", "report", "governed_request"),
     ("render the body (_written)", "written", "governed_request"),
     ("upstream call, to its headers (the fake's time included)", "call", ""),
-    ("live-answer check (streams)", "live", ""),
+    ("live-answer check (streams; beside the relay)", "live", ""),
     ("record: store the answer and the exchange (_write)", "write", ""),
     ("store_response", "store_response", "write"),
     ("append_messages (the answer)", "append", "write/store_response"),
@@ -620,7 +623,7 @@ PHASES: list[tuple[str, str, str]] = [
     ("recall pieces", "pieces", "write/store_response/append"),
     ("after commit: live push and settle (events.send)", "events", "write/store_response"),
 ]  # fmt: skip
-IN_THREADS = ("caller", "thread", "governed_request", "write")
+IN_THREADS = ("thread", "governed_request", "write")
 """The depth-1 phases that run inside ``gateway.storage.stored`` (on the request's thread)."""
 
 
@@ -967,6 +970,14 @@ def wait_for_jobs(session_id: Any, timeout: float) -> int:
     return CompactionJob.objects.filter(session_id=session_id).count()
 
 
+def session_named(marker: str) -> Any:
+    """The session of the client session ``marker`` (its first, for a conversation's own)."""
+    from gateway.models import GatewaySession
+
+    found = GatewaySession.objects.filter(client_session=marker, parent=None)
+    return found.values_list("session_id", flat=True).get()
+
+
 def check_threaded(conversation: Conversation, timeout: float = 10) -> str:
     """The session holds the conversation, system prompt and last answer included (the last
     answer is recorded after the client had it: waited for)."""
@@ -1103,6 +1114,7 @@ def run_parts(
         done = sequential(hub, fake, key, conversation, turns, mode="observe",
                           streams=lambda n: n % 2 == 1, label="observe")  # fmt: skip
         results["observe"] = observe_results(done)
+        conversation.session = str(session_named(f"observe-{conversation.seed}"))
         results["observe"]["threaded"] = check_threaded(conversation)
         results["observe"]["compaction_jobs"] = CompactionJob.objects.filter(
             session_id=conversation.session

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError
 
 from gateway.errors import Refused
 from gateway.provider_keys import UnreadableKey, provider_key
+from gateway.storage import stored
 from sessions.api import limits
 from sessions.api.errors import ApiError
 from sessions.api.keys import PREFIX, authenticate
@@ -27,10 +29,15 @@ from sessions.models import ApiKey
 KEY_HEADER = "x-ctxhub-key"
 AUTH_HEADERS = frozenset({"x-api-key", "authorization", KEY_HEADER})
 
+FRESH_SECONDS = 5.0
+"""How long a key checked against the database (and the provider key its owner stored) is
+taken again without asking it: a busy agent's requests reach the model without a query, and a
+key revoked or a provider key changed on the hub is seen by every process within this time."""
 KNOWN_SECONDS = 300
 """How long a key checked against the database is still taken while the database is away:
 an agent in the middle of its work keeps reaching its model through a short outage."""
 _known: dict[str, tuple[float, ApiKey]] = {}
+_stored: dict[tuple[int, str], tuple[float, dict[str, str]]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,12 @@ def _presented(headers: dict[str, str]) -> tuple[str, str] | None:
 def _stored_headers(owner_id: int, provider: str) -> dict[str, str]:
     """The authentication headers of the key ``owner_id`` stored for ``provider`` (empty: none
     stored), as that provider's SDK sends its key."""
+    headers = _read_stored_headers(owner_id, provider)
+    _stored[owner_id, provider] = (time.monotonic(), headers)
+    return headers
+
+
+def _read_stored_headers(owner_id: int, provider: str) -> dict[str, str]:
     try:
         text = provider_key(owner_id, provider)
     except UnreadableKey:
@@ -70,10 +83,14 @@ def _stored_headers(owner_id: int, provider: str) -> dict[str, str]:
     return {"authorization": f"Bearer {text}"}
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _authenticated(text: str) -> ApiKey | None:
     """The live key ``text`` is (``authenticate``); while the database is away, the key as it
     was checked within ``KNOWN_SECONDS``, else a 503 and nothing forwarded."""
-    known = hashlib.sha256(text.encode()).hexdigest()
+    known = _digest(text)
     try:
         key = authenticate(text)
     except DatabaseError:
@@ -93,12 +110,76 @@ def _authenticated(text: str) -> ApiKey | None:
     return key
 
 
+class _NotAtHand(Exception):
+    """What ``calling`` needs was not checked lately: the database is asked."""
+
+
+def _fresh[T](found: tuple[float, T] | None) -> T:
+    if found is None or time.monotonic() - found[0] >= FRESH_SECONDS:
+        raise _NotAtHand
+    return found[1]
+
+
+def _key_at_hand(text: str) -> ApiKey:
+    return _fresh(_known.get(_digest(text)))
+
+
+def _stored_headers_at_hand(owner_id: int, provider: str) -> dict[str, str]:
+    return _fresh(_stored.get((owner_id, provider)))
+
+
+async def calling(
+    headers: dict[str, str], *, needs_provider_key: bool, provider: str | None = None
+) -> Caller:
+    """``caller``, without a trip to the database for a key checked in the last
+    ``FRESH_SECONDS`` (nor for the provider key its owner stored): the rate is counted all the
+    same, in the cache."""
+    try:
+        remembered = _caller(
+            headers,
+            needs_provider_key=needs_provider_key,
+            provider=provider,
+            key_of=_key_at_hand,
+            stored_headers=_stored_headers_at_hand,
+        )
+    except _NotAtHand:
+        return await stored(
+            caller, headers, needs_provider_key=needs_provider_key, provider=provider
+        )
+    try:
+        await limits.acheck(remembered.key)
+    except ApiError as exc:
+        raise Refused(exc.status, exc.message, headers=exc.headers) from None
+    return remembered
+
+
 def caller(
     headers: dict[str, str], *, needs_provider_key: bool, provider: str | None = None
 ) -> Caller:
     """The caller a request's headers (lower-cased names) authenticate; Refused (401, 403, 429)
     otherwise. A client that sends no provider key of its own to an upstream that needs one
     gets the key its owner stored for ``provider``."""
+    found = _caller(
+        headers,
+        needs_provider_key=needs_provider_key,
+        provider=provider,
+        key_of=_authenticated,
+        stored_headers=_stored_headers,
+    )
+    _rate(found.key)
+    return found
+
+
+def _caller(
+    headers: dict[str, str],
+    *,
+    needs_provider_key: bool,
+    provider: str | None,
+    key_of: Callable[[str], ApiKey | None],
+    stored_headers: Callable[[int, str], dict[str, str]],
+) -> Caller:
+    """``caller``, its key and the stored provider key read with ``key_of`` (None: not a live
+    key) and ``stored_headers``."""
     presented = _presented(headers)
     own = headers.get(KEY_HEADER, "").strip()
     provider_headers: dict[str, str] = {}
@@ -114,14 +195,14 @@ def caller(
             "header beside your provider key",
             field=KEY_HEADER,
         )
-    key = _authenticated(own)
+    key = key_of(own)
     if key is None:
         raise Refused(401, "unknown, revoked or expired ctxhub API key", field=KEY_HEADER)
     if "write" not in key.scopes:
         raise Refused(403, "this ctxhub key lacks the 'write' scope", field=KEY_HEADER)
     if needs_provider_key and not provider_headers and provider is not None:
         try:
-            provider_headers = _stored_headers(key.owner_id, provider)
+            provider_headers = stored_headers(key.owner_id, provider)
         except DatabaseError:
             raise Refused(
                 503,
@@ -137,8 +218,12 @@ def caller(
             "(x-api-key or Authorization) with the ctxhub key in the X-Ctxhub-Key header",
             field="x-api-key",
         )
+    return Caller(key, provider_headers)
+
+
+def _rate(key: ApiKey) -> None:
+    """One more request of ``key`` counted; Refused (429) over its rate."""
     try:
         limits.check(key)
     except ApiError as exc:
         raise Refused(exc.status, exc.message, headers=exc.headers) from None
-    return Caller(key, provider_headers)

@@ -18,8 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core import signals
+from asgiref.sync import ThreadSensitiveContext
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
@@ -49,15 +48,14 @@ class GatewayHandler(ASGIHandler):
             return
         with closing(body_file):
             set_script_prefix(get_script_prefix(scope))
-            await sync_to_async(signals.request_started.send)(sender=self.__class__, scope=scope)
-            try:
-                request, refused = self.create_request(scope, body_file)
-                response = await _view(request) if request is not None else refused
-                assert response is not None  # Django gives a refusal when no request
-                await self._send(response, receive, send)
-            finally:
-                # Hands the request thread's database connection, if it holds one, back.
-                await sync_to_async(signals.request_finished.send)(sender=self.__class__)
+            # Django's request-started and request-finished signals are not sent: what their
+            # receivers tidy up (a thread's database connection, above all) the gateway never
+            # leaves behind, since its storage work hands its connection back as it ends
+            # (``gateway.storage``); and each would cost a hop to a thread and back.
+            request, refused = self.create_request(scope, body_file)
+            response = await _view(request) if request is not None else refused
+            assert response is not None  # Django gives a refusal when no request
+            await self._send(response, receive, send)
 
     async def _send(self, response: HttpResponseBase, receive: Any, send: Any) -> None:
         if not response.streaming:

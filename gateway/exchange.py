@@ -45,7 +45,7 @@ from ctxhub.governance import count_tokens as count_tokens_of
 from ctxhub.governance import tool_definition_tokens
 from ctxhub.governance.tokens import tokenizer_for
 from gateway import chain, threads
-from gateway.access import AUTH_HEADERS, Caller, caller
+from gateway.access import AUTH_HEADERS, Caller, calling
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
 from gateway.governing import GovernedRequest, governed_request, recovered
@@ -91,21 +91,27 @@ class Outcome:
     error: str = ""
 
 
+READ_IN_LOOP_BYTES = 32 * 1024
+"""A body this small is read in the event loop (a few milliseconds at most, read whole): the
+hop to a thread and back would cost more than it saves."""
+
+
 async def _read(
     request: HttpRequest, fmt: Format, *, chained: bool = False
 ) -> tuple[Caller, WireRequest, list[str]]:
     """Who is calling, what they sent and (``chained``) its messages' chain hashes; Refused
     (with the field at fault) otherwise."""
-    who: Caller = await stored(
-        caller,
-        _headers(request),
-        needs_provider_key=not fmt.is_offline,
-        provider=fmt.provider,
+    who = await calling(
+        _headers(request), needs_provider_key=not fmt.is_offline, provider=fmt.provider
     )
+    body = request.body
     try:
-        # Off the event loop: the first request of a long conversation a process sees is read
-        # and hashed whole (a 20,000-message body in about 0.7 s), while other streams relay.
-        parsed, hashes = await asyncio.to_thread(_parsed, fmt, request.body, chained)
+        if len(body) <= READ_IN_LOOP_BYTES:
+            parsed, hashes = _parsed(fmt, body, chained)
+        else:
+            # Off the event loop: the first request of a long conversation a process sees is
+            # read and hashed whole (a 20,000-message body in about 0.7 s) while others relay.
+            parsed, hashes = await asyncio.to_thread(_parsed, fmt, body, chained)
     except BodyError as error:
         raise Refused(400, error.message, field=error.field or None) from None
     return who, parsed, hashes
@@ -124,10 +130,10 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         who, parsed, hashes = await _read(request, fmt, chained=True)
     except Refused as refused:
         return refusal(fmt.provider, refused)
-    await RECORDINGS.settled(hashes)
     threading = asyncio.ensure_future(_thread(who, parsed, fmt, headers, asked_mode, hashes))
     governed = None
-    if asked_mode != Mode.OBSERVE:
+    observed = asked_mode == Mode.OBSERVE  # forwarded at once, threaded beside the model
+    if not observed:
         thread = await threading
         if thread is not None and (asked_mode or thread.gateway.mode) == Mode.GOVERN:
             governed = await _governed(thread, parsed, fmt)
@@ -149,8 +155,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         return refusal(fmt.provider, Refused(502, outcome.error))
     outcome.status = answer.status
     extra = {"X-Ctxhub-Governed": "yes" if governed is not None else "no"}
-    thread = await threading  # in observe mode, stored while the model worked
-    if thread is not None:
+    if not observed and (thread := threading.result()) is not None:
         extra["X-Ctxhub-Session"] = str(thread.session.pk)
     streamed = answer.status < 400 and "text/event-stream" in (answer.header("content-type") or "")
     if streamed:
@@ -186,6 +191,7 @@ async def _thread(
 ) -> Thread | None:
     """The request's session, its new messages stored; None when storage is away. (Apart
     from the request's thread: in observe mode the response may be gone before it starts.)"""
+    await RECORDINGS.settled(hashes)
     try:
         return await stored_apart(
             threads.thread,
@@ -262,15 +268,13 @@ async def _relay(
     and its next request will not carry it)."""
     reader = EventReader()
     assembler = fmt.wire.StreamAssembler()
-    thread = outcome.threading.result()
-    live = None if thread is None else await LiveAnswer.begin(thread.session, model)
+    live = LiveAnswer(outcome.threading, model)
     try:
         async for chunk in answer.chunks:
             for event in reader.feed(chunk):
                 assembler.feed(event)
             yield chunk
-            if live is not None:
-                await live.progressed(assembler)
+            await live.progressed(assembler)
         outcome.complete = True
     except (UpstreamTimeout, UpstreamUnreachable) as exc:
         outcome.error = f"the upstream's stream broke off ({exc})"

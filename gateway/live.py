@@ -9,8 +9,10 @@ session; a push that is lost costs nothing (the stored answer follows).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.template.loader import render_to_string
@@ -20,36 +22,53 @@ from sessions.chat.stream import send
 from sessions.live import is_watched
 from sessions.models import AgentSession
 
+if TYPE_CHECKING:
+    from gateway.threads import Thread
+
 INTERVAL_SECONDS = 0.1
 PREVIEW_CHARS = 4_000
 
 
 class LiveAnswer:
-    """The pushes of one streamed answer."""
+    """The pushes of one streamed answer, once its session is known and a page watches it.
+    The relay never waits for either: the first chunks of an answer forwarded before its
+    session was found (observe mode) go unpushed, and the stored answer shows them."""
 
-    def __init__(self, session: AgentSession, model: str, *, watched: bool) -> None:
-        self.session = session
+    def __init__(self, threading: Awaitable[Thread | None], model: str) -> None:
         self.model = model
-        self.watched = watched
+        self._watched = asyncio.ensure_future(_watched(threading))
         self._pushed_at = 0.0
 
-    @classmethod
-    async def begin(cls, session: AgentSession, model: str) -> LiveAnswer:
-        return cls(session, model, watched=await sync_to_async(is_watched)(session))
+    def _session(self) -> AgentSession | None:
+        done = self._watched.done() and not self._watched.cancelled()
+        return self._watched.result() if done and self._watched.exception() is None else None
 
     async def progressed(self, assembler: Any) -> None:
         """The stream moved on: push what it holds, unless a push went out just now."""
         now = time.monotonic()
-        if not self.watched or now - self._pushed_at < INTERVAL_SECONDS:
+        session = self._session()
+        if session is None or now - self._pushed_at < INTERVAL_SECONDS:
             return
         self._pushed_at = now
         result = assembler.result()
         parts = [] if result is None else [_shown(part) for part in result.view.parts]
-        await send(self.session, _fragment(self.session, self.model, [p for p in parts if p]))
+        await send(session, _fragment(session, self.model, [p for p in parts if p]))
 
     async def ended(self) -> None:
-        if self.watched:
-            await send(self.session, _fragment(self.session, self.model, None))
+        """The stream is over: clear what was pushed of it."""
+        await asyncio.wait([self._watched])
+        session = self._session()
+        if session is not None:
+            await send(session, _fragment(session, self.model, None))
+
+
+async def _watched(threading: Awaitable[Thread | None]) -> AgentSession | None:
+    """The request's session if a page may be watching it."""
+    thread = await threading
+    if thread is None:
+        return None
+    watched = await sync_to_async(is_watched, thread_sensitive=False)(thread.session)
+    return thread.session if watched else None
 
 
 def _shown(part: Any) -> dict[str, str] | None:

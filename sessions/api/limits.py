@@ -20,15 +20,40 @@ WINDOW_SECONDS = 60
 
 
 def check(key: ApiKey) -> None:
-    limit = settings.CTXHUB_API_RATE_PER_MINUTE
     now = time.time()
-    window = int(now // WINDOW_SECONDS)
-    name = f"api-rate:{key.prefix}:{window}"  # the cache adds its own prefix
+    name = _name(key, now)
     try:
         count = _count(name, timeout=WINDOW_SECONDS * 2)
     except Exception as error:  # Redis is away: redis-py's errors, or the socket's own
         log.warning("rate of key %s not counted, the cache is unreachable: %s", key.prefix, error)
         return
+    _judge(count, now)
+
+
+async def acheck(key: ApiKey) -> None:
+    """``check`` from the event loop: on Redis without leaving it, and on the in-process cache
+    (the embedded default, no I/O) as it is."""
+    count_up = getattr(cache, "acount", None)
+    if count_up is None:
+        check(key)
+        return
+    now = time.time()
+    try:
+        count = int(await count_up(_name(key, now), WINDOW_SECONDS * 2))
+    except Exception as error:  # as in ``check``
+        log.warning("rate of key %s not counted, the cache is unreachable: %s", key.prefix, error)
+        return
+    _judge(count, now)
+
+
+def _name(key: ApiKey, now: float) -> str:
+    return f"api-rate:{key.prefix}:{int(now // WINDOW_SECONDS)}"  # the cache adds its prefix
+
+
+def _judge(count: int, now: float) -> None:
+    """Refuses the request that made ``count`` this minute if it is over the limit."""
+    limit = settings.CTXHUB_API_RATE_PER_MINUTE
+    window = int(now // WINDOW_SECONDS)
     if count > limit:
         retry = max(1, int((window + 1) * WINDOW_SECONDS - now) + 1)
         raise ApiError(

@@ -155,6 +155,40 @@ def test_observe_mode_forwards_the_clients_bytes_and_stores_each_message_once(
     assert usage.usage["cache_read_input_tokens"] > 0
 
 
+def test_an_answer_names_its_session_unless_observe_mode_forwarded_it_before_the_session_was_found(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    url = served[0]
+    headers = {"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key}
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Which session am I?"}],
+    }
+    governed = httpx.post(
+        f"{url}/gateway/anthropic/v1/messages",
+        json=body,
+        headers={**headers, "x-ctxhub-mode": "govern"},
+    )
+    assert governed.status_code == 200
+    assert governed.headers["x-ctxhub-governed"] == "yes"
+    (named,) = AgentSession.objects.filter(gateway__isnull=False)
+    assert governed.headers["x-ctxhub-session"] == str(named.pk)
+    observed = httpx.post(
+        f"{url}/gateway/anthropic/v1/messages",
+        json={**body, "messages": [{"role": "user", "content": "And now, unwatched?"}]},
+        headers={**headers, "x-ctxhub-mode": "observe"},
+    )
+    assert observed.status_code == 200
+    assert observed.headers["x-ctxhub-governed"] == "no"
+    assert "x-ctxhub-session" not in observed.headers
+    # Stored all the same, beside the model's work: a session of its own, the answer in it.
+    wait_for(lambda: Exchange.objects.exclude(session=named).filter(status=200).exists())
+    other = AgentSession.objects.filter(gateway__isnull=False).exclude(pk=named.pk).get()
+    assert other.messages.count() == 2
+    assert other.gateway.mode == "observe"
+
+
 def test_govern_mode_sends_the_governors_request_within_the_window_with_pairs_and_thinking_intact(
     served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
 ) -> None:

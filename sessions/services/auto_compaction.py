@@ -48,8 +48,9 @@ def may_be_due(session: AgentSession, log_tokens: int, log_messages: int) -> boo
     stretch of messages the window could leave out."""
     policy = session_policy(session)
     rules = policy.compaction
+    # The count first: the threshold costs two queries, and most logs are past the count.
     return rules.auto and (
-        log_tokens >= soft_threshold(session, policy) or log_messages >= rules.hidden_messages
+        log_messages >= rules.hidden_messages or log_tokens >= soft_threshold(session, policy)
     )
 
 

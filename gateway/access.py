@@ -37,7 +37,9 @@ KNOWN_SECONDS = 300
 """How long a key checked against the database is still taken while the database is away:
 an agent in the middle of its work keeps reaching its model through a short outage."""
 _known: dict[str, tuple[float, ApiKey]] = {}
+"""The keys checked, by their digest: when, and the row."""
 _stored: dict[tuple[int, str], tuple[float, dict[str, str]]] = {}
+"""The headers made from the provider key a user stored, by user and provider: when read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +127,11 @@ def _key_at_hand(text: str) -> ApiKey:
 
 
 def _stored_headers_at_hand(owner_id: int, provider: str) -> dict[str, str]:
-    return _fresh(_stored.get((owner_id, provider)))
+    try:
+        return _fresh(_stored.get((owner_id, provider)))
+    except _NotAtHand:
+        _stored.pop((owner_id, provider), None)  # read again, not kept stale
+        raise
 
 
 async def calling(

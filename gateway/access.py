@@ -21,6 +21,7 @@ from django.db import DatabaseError
 from gateway.errors import Refused
 from gateway.provider_keys import UnreadableKey, provider_key
 from gateway.storage import stored
+from gateway.upstream import forwarded
 from sessions.api import limits
 from sessions.api.errors import ApiError
 from sessions.api.keys import PREFIX, authenticate
@@ -28,6 +29,8 @@ from sessions.models import ApiKey
 
 KEY_HEADER = "x-ctxhub-key"
 AUTH_HEADERS = frozenset({"x-api-key", "authorization", KEY_HEADER})
+ANTHROPIC_OAUTH_PREFIX = "sk-ant-oat"
+ANTHROPIC_OAUTH_BETA = "oauth-2025-04-20"
 
 FRESH_SECONDS = 5.0
 """How long a key checked against the database (and the provider key its owner stored) is
@@ -80,9 +83,26 @@ def _read_stored_headers(owner_id: int, provider: str) -> dict[str, str]:
         ) from None
     if text is None:
         return {}
+    if provider == "anthropic" and text.startswith(ANTHROPIC_OAUTH_PREFIX):
+        # A Claude subscription's OAuth token: a bearer token, with the beta that admits it.
+        return {"authorization": f"Bearer {text}", "anthropic-beta": ANTHROPIC_OAUTH_BETA}
     if provider == "anthropic":
         return {"x-api-key": text}
     return {"authorization": f"Bearer {text}"}
+
+
+def upstream_headers(headers: dict[str, str], who: Caller) -> dict[str, str]:
+    """The headers the upstream gets: the client's (``forwarded``, its ctxhub key and the API
+    key it sent to the hub left out) with the caller's provider authentication; betas the
+    client asked for are kept beside one the authentication needs."""
+    sent = forwarded(headers, drop=AUTH_HEADERS)
+    for name, value in who.provider_headers.items():
+        asked = sent.get(name)
+        if name == "anthropic-beta" and asked:
+            betas = [beta.strip() for beta in asked.split(",") if beta.strip()]
+            value = ",".join([*betas, *([value] if value not in betas else [])])
+        sent[name] = value
+    return sent
 
 
 def _digest(text: str) -> str:

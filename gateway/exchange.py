@@ -45,7 +45,7 @@ from ctxhub.governance import count_tokens as count_tokens_of
 from ctxhub.governance import tool_definition_tokens
 from ctxhub.governance.tokens import tokenizer_for
 from gateway import chain, threads
-from gateway.access import AUTH_HEADERS, Caller, calling
+from gateway.access import Caller, calling, upstream_headers
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
 from gateway.governing import GovernedRequest, governed_request, recovered
@@ -53,7 +53,7 @@ from gateway.live import LiveAnswer
 from gateway.models import Exchange, Mode
 from gateway.storage import stored, stored_apart
 from gateway.threads import Thread
-from gateway.upstream import Answer, UpstreamTimeout, UpstreamUnreachable, call, forwarded
+from gateway.upstream import Answer, UpstreamTimeout, UpstreamUnreachable, call
 from gateway.wire import BodyError, StoredResponse, WireRequest
 from gateway.wire.spans import collector_paused
 from gateway.wire.sse import EventReader
@@ -248,8 +248,7 @@ async def _call(
 ) -> Answer:
     if fmt.is_offline:
         return fmt.offline(parsed)
-    sent = {**forwarded(headers, drop=AUTH_HEADERS), **who.provider_headers}
-    return await call(fmt.base_url + fmt.path, body, sent)
+    return await call(fmt.base_url + fmt.path, body, upstream_headers(headers, who))
 
 
 def _copy_headers(response: HttpResponseBase, answer: Answer, extra: dict[str, str]) -> None:
@@ -374,7 +373,7 @@ async def count_tokens(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         tokens = count_tokens_of([m.view for m in parsed.messages], model=model)
         tools = tool_definition_tokens(parsed.tools, tokenizer_for(model)) if parsed.tools else 0
         return JsonResponse({"input_tokens": tokens + tools})
-    sent = {**forwarded(_headers(request), drop=AUTH_HEADERS), **who.provider_headers}
+    sent = upstream_headers(_headers(request), who)
     try:
         answer = await call(fmt.base_url + fmt.path + "/count_tokens", request.body, sent)
         body = b"".join([chunk async for chunk in answer.chunks])

@@ -13,7 +13,7 @@ import pytest
 from django.core.cache import cache
 
 from gateway import access
-from gateway.access import FRESH_SECONDS, calling
+from gateway.access import FRESH_SECONDS, calling, upstream_headers
 from gateway.errors import Refused
 from gateway.models import ProviderKey
 from gateway.provider_keys import store_key
@@ -83,3 +83,33 @@ def test_every_request_is_counted_against_the_rate_even_when_the_key_is_at_hand(
     assert limited.value.status == 429
     assert 1 <= int(limited.value.headers["Retry-After"]) <= 61
     asyncio.run(calling({"x-api-key": calm}, needs_provider_key=False))
+
+
+def test_a_stored_anthropic_oauth_token_goes_as_a_bearer_token_beside_the_clients_betas(
+    alice: Any,
+) -> None:
+    _, text = create_key(alice, name="agent", scopes=["read", "write"])
+    token = "sk-ant-oat01-stored-subscription-token-0123456789"
+    store_key(alice, "anthropic", token)
+    sent = {
+        "authorization": f"Bearer {text}",
+        "anthropic-beta": "claude-code-20250219, interleaved-thinking-2025-05-14",
+        "anthropic-version": "2023-06-01",
+    }
+    who = asyncio.run(calling(sent, needs_provider_key=True, provider="anthropic"))
+    upstream = upstream_headers(sent, who)
+    assert upstream["authorization"] == f"Bearer {token}"
+    assert "x-api-key" not in upstream
+    assert upstream["anthropic-beta"] == (
+        "claude-code-20250219,interleaved-thinking-2025-05-14,oauth-2025-04-20"
+    )
+    assert upstream["anthropic-version"] == "2023-06-01"
+    # A client that asked for no beta gets the one the token needs; an API key needs none.
+    alone = upstream_headers({"x-api-key": text}, who)
+    assert alone["anthropic-beta"] == "oauth-2025-04-20"
+    store_key(alice, "anthropic", "sk-ant-api03-stored-0123456789abcdef")
+    access._stored.clear()
+    keyed = asyncio.run(calling({"x-api-key": text}, needs_provider_key=True, provider="anthropic"))
+    assert upstream_headers({"x-api-key": text}, keyed) == {
+        "x-api-key": "sk-ant-api03-stored-0123456789abcdef"
+    }

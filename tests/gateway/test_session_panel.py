@@ -71,6 +71,14 @@ def test_a_prompt_in_the_chat_is_refused_the_agent_owns_the_conversation(
 ) -> None:
     session = gateway_session(alice, "You are the main agent.")
     client.force_login(alice)
+    # The page offers the commands, not a conversation with the hub's own model.
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert 'data-testid="chat-commands-only"' in page
+    assert 'data-testid="chat-model"' not in page
+    assert 'placeholder="/compact, /clear, /pin' in page
+    plain = client.get(make_session(alice, title="a chat").get_absolute_url()).content.decode()
+    assert 'data-testid="chat-model"' in plain
+    assert 'data-testid="chat-commands-only"' not in plain
     refused = client.post(f"/sessions/{session.pk}/chat/", {"prompt": "hello"})
     assert refused.status_code == 409
     assert "an agent&#x27;s conversation through the gateway" in refused.content.decode()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError
 
 from gateway.errors import Refused
-from gateway.provider_keys import UnreadableKey, provider_key
+from gateway.provider_keys import UnreadableKey, hint_of, provider_key
 from gateway.storage import stored
 from gateway.upstream import forwarded
 from sessions.api import limits
@@ -51,6 +51,15 @@ class Caller:
     provider_headers: dict[str, str] = field(repr=False)
     """The provider's authentication headers, as the client sent them or made from the key its
     owner stored (empty: none). Never in a repr, so never in a log line that shows one."""
+
+    def scrubbed(self, text: str) -> str:
+        """``text`` (an upstream's error, to be stored) with the provider key it may quote
+        replaced by what may be shown of it."""
+        for name in ("x-api-key", "authorization"):
+            secret = self.provider_headers.get(name, "").removeprefix("Bearer ").strip()
+            if len(secret) >= 8 and secret in text:
+                text = text.replace(secret, hint_of(secret))
+        return text
 
 
 def _presented(headers: dict[str, str]) -> tuple[str, str] | None:

@@ -9,11 +9,12 @@
    recorded (``Recordings``).
 
 The gateway's own work is kept off the model's path where it can be. A client that asks for
-observe mode (``X-Ctxhub-Mode: observe``) has its request forwarded at once and threaded while
-the model works (a model slower to start its answer than the hub to store waits for nothing).
-Otherwise the session comes first, for its mode and, in govern mode, for the Governor's
-request. Every answer is recorded after the client has it (``Recordings``); a conversation's
-next request in the process waits for that before it is threaded.
+observe mode (``X-Ctxhub-Mode: observe``) has its request forwarded at once and its answer
+relayed as it comes, while the request is threaded beside them: nothing stored is waited for,
+so that answer does not name its session. Otherwise the session comes first, for its mode and,
+in govern mode, for the Governor's request. Every answer is recorded after the client has it
+(``Recordings``); a conversation's next request in the process waits for that before it is
+threaded (not before it is forwarded, in observe mode).
 
 Storage never stands between an agent and its model in observe mode: when the database is away,
 the request is forwarded all the same and nothing is recorded; the client's next request carries
@@ -174,7 +175,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     if answer.status < 400:
         outcome.response, outcome.complete = fmt.wire.response(text), True
     else:
-        outcome.error = text[:2000]
+        outcome.error = who.scrubbed(text)[:2000]
     RECORDINGS.start(outcome, hashes)
     whole = HttpResponse(body, status=answer.status)
     _copy_headers(whole, answer, extra)

@@ -226,11 +226,15 @@ def anthropic_traffic(
         assert streamed.status_code == 200
         assert "message_stop" in streamed.text
         traffic.exchanges += 1
-    upstream.script(anthropic_error(401, "authentication_error", "invalid x-api-key"))
+    # An upstream that quotes the key it refused: the client hears it, the hub stores its hint.
+    upstream.script(
+        anthropic_error(401, "authentication_error", f"invalid x-api-key: {passed.text}")
+    )
     refused_own = raw.post(
         "/gateway/anthropic/v1/messages", json=anthropic_body("refused own"), headers=own
     )
     assert refused_own.status_code == 401
+    assert passed.text in refused_own.text
     traffic.exchanges += 1
     # A ctxhub key the hub does not know: refused before anything is sent or stored.
     stranger = raw.post(

@@ -58,7 +58,9 @@ class RawMessage(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="raw_message_seq_unique")
         ]
-        indexes = [models.Index(fields=["session", "chain"], name="raw_message_chain")]
+        # A request that continues no session's end is looked up by its messages' hashes
+        # among every session's (``gateway.threads._branched``).
+        indexes = [models.Index(fields=["chain"], name="raw_message_chain_hash")]
 
     def __str__(self) -> str:
         return f"#{self.seq} of {self.session_id}"

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from pydantic_ai.messages import ModelResponse
 
 from gateway import chain
 from gateway.models import GatewaySession, RawMessage
 from gateway.wire import WireMessage, WireRequest, storable_text
 from sessions.models import AgentSession, MessageSource
+from sessions.services.fork import fork_session
 from sessions.services.log import append_messages
 from sessions.services.tools import set_tools
 
@@ -60,6 +62,8 @@ def thread(
     marker = storable_text(named or request.client_session or "")
     with transaction.atomic():
         found = _continued(owner, request.wire, hashes, marker)
+        if found is None:
+            found = _branched(owner, request, hashes, marker)
         if found is None:
             gateway = _start(owner, request, provider=provider, marker=marker, mode=mode)
             stored = 0
@@ -101,6 +105,79 @@ def _continued(
             best = max(found, key=lambda g: (position[g.tip], g.client_session == marker))
             return best, position[best.tip] + 1
     return None
+
+
+def _branched(
+    owner: int, request: WireRequest, hashes: Sequence[str], marker: str
+) -> tuple[GatewaySession, int] | None:
+    """A fork of the session the request branches from, and how many of its messages the
+    fork holds: a request that continues no session's end but repeats one's log up to a
+    model's answer or beyond (a retry after the answer was stored, a rewound or edited
+    conversation) goes on in a fork of that session at the last message they share, linked to
+    it, with its compactions, clears and pins over that prefix. Only a session of the same
+    client session (the same marker, or none on both) is branched from; a prefix without a
+    model's answer (a system prompt and a first prompt any conversation may share) starts a
+    session of its own."""
+    answered = next(
+        (
+            i
+            for i, message in enumerate(request.messages)
+            if isinstance(message.view, ModelResponse)
+        ),
+        None,
+    )
+    if answered is None:
+        return None
+    looked = 0
+    for batch in (*LOOKUP_BATCHES, len(hashes)):
+        # The newest hashes not looked up yet, down to the first answer; the first batch that
+        # finds any holds the longest prefix shared.
+        position = {
+            hashes[index]: index
+            for index in range(
+                len(hashes) - 1 - looked, max(answered - 1, len(hashes) - 1 - batch), -1
+            )
+        }
+        looked = max(looked, batch)
+        if not position:
+            continue
+        shared = list(
+            RawMessage.objects.filter(
+                chain__in=list(position),
+                session__owner_id=owner,
+                session__gateway__wire=request.wire,
+                session__gateway__client_session=marker,
+            )
+            .order_by("-session__updated_at")
+            .values_list("session_id", "chain")
+        )
+        if shared:
+            break
+    else:
+        return None
+    source_id, seq = max(
+        ((session, position[value]) for session, value in shared),
+        key=lambda pair: pair[1],  # the most recently updated session, on a tie
+    )
+    source = GatewaySession.objects.select_related("session__owner").get(pk=source_id)
+    fork = fork_session(source.session, seq, actor=source.session.owner)
+    rows = source.session.raw_messages.filter(seq__lte=seq).order_by("seq")
+    RawMessage.objects.bulk_create(
+        (
+            RawMessage(session=fork, seq=row.seq, raw=row.raw, chain=row.chain)
+            for row in rows.iterator()
+        ),
+        batch_size=1_000,
+    )
+    gateway = GatewaySession.objects.create(
+        session=fork,
+        wire=request.wire,
+        mode=source.mode,
+        client_session=marker,
+        parent=source.session,
+        tip=hashes[seq],
+    )
+    return gateway, seq + 1
 
 
 def _start(

@@ -294,6 +294,73 @@ def test_interleaved_clients_and_their_sub_agents_thread_into_their_own_sessions
         assert Message.objects.filter(session=gateway.session_id).count() == 3
 
 
+def test_a_retried_or_rewound_conversation_goes_on_in_a_fork_of_its_session(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    url = served[0]
+    messages = tool_loop(client(url, hub_key, mode="govern"), 6)
+    original = only_session()
+    wait_for(lambda: Exchange.objects.filter(session=original).count() == 6)
+    stored_before = original.messages.count()  # the system prompt and every message sent
+
+    def send(conversation: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+        answer = httpx.post(
+            f"{url}/gateway/anthropic/v1/messages",
+            json={
+                "model": "claude-sonnet-4-6",
+                "max_tokens": 512,
+                "system": "You are a careful coder.",
+                "tools": TOOLS,
+                "messages": conversation,
+            },
+            headers={"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key},
+        )
+        assert answer.status_code == 200
+        return answer.headers["x-ctxhub-session"], answer.json()
+
+    # Rewound to the first answer (the system prompt, then messages 0 to 3), then edited.
+    upstream.script(Text("The tests are in tests/."))
+    rewound = [*messages[:4], {"role": "user", "content": "Instead, list the tests."}]
+    fork_id, answer = send(rewound)
+    assert fork_id != str(original.pk)
+    fork = AgentSession.objects.get(pk=fork_id)
+    assert fork.gateway.parent_id == original.pk
+    assert fork.title.endswith("(fork at #4)")
+    wait_for(lambda: Exchange.objects.filter(session=fork, status=200).exists())
+    raws = lambda session: list(  # noqa: E731
+        RawMessage.objects.filter(session=session).order_by("seq").values_list("raw", flat=True)
+    )
+    assert raws(fork)[:5] == raws(original)[:5]
+    assert [json.loads(raw) for raw in raws(fork)[5:6]] == [rewound[-1]]
+    assert fork.messages.count() == 7  # the shared five, the edit, the answer
+    assert original.messages.count() == stored_before  # the original is left as it was
+
+    # The fork goes on as any session: its next request continues it.
+    upstream.script(Text("Done."))
+    answered = {"role": "assistant", "content": answer["content"]}
+    go_on = [*rewound, answered, {"role": "user", "content": "Thanks."}]
+    assert send(go_on)[0] == fork_id
+    assert AgentSession.objects.filter(gateway__isnull=False).count() == 2
+
+    # The original's last request sent again after its answer was stored (a client's retry):
+    # its own fork, at the request's last message, holding the retry's answer.
+    upstream.script(Text("A second opinion."))
+    retry_id, _ = send(messages[:-2])
+    assert retry_id not in (str(original.pk), fork_id)
+    retried = AgentSession.objects.get(pk=retry_id)
+    assert retried.gateway.parent_id == original.pk
+    wait_for(lambda: retried.messages.count() == len(messages) - 2 + 1 + 1)
+    assert original.messages.count() == stored_before
+
+    # Another conversation that shares only the system prompt and a first prompt, no answer,
+    # is a session of its own.
+    upstream.script(Text("Hello."))
+    other_id, _ = send(messages[:1])
+    other = AgentSession.objects.get(pk=other_id)
+    assert other.gateway.parent_id is None
+    assert other.pk not in (original.pk, fork.pk, retried.pk)
+
+
 def test_upstream_errors_reach_the_client_as_the_provider_sent_them(
     served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
 ) -> None:

@@ -39,6 +39,13 @@ class GatewaySession(models.Model):
     tip = models.CharField(
         max_length=64, db_index=True, help_text="The chain hash of its newest message."
     )
+    branched_at = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="The parent's message it went on from, its log a copy up to there (a retry, "
+        "or the conversation rewound or edited); empty: a session of its own beside the parent "
+        "(a sub-agent's, or the conversation rewritten).",
+    )
 
     def __str__(self) -> str:
         return f"{self.wire} session {self.session_id}"

@@ -69,17 +69,25 @@ def session_mode(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponseBas
 
 
 def panel(user: Any, session: AgentSession) -> dict[str, Any]:
-    """What the session page shows of a gateway session: its mode, the sessions it branched
-    from and into (those the user may see), its exchanges."""
+    """What the session page shows of a gateway session: its mode, the session it went on
+    from or started beside, those that went on from it (retries, rewinds) and those started
+    beside it (sub-agents): the ones the user may see; its exchanges."""
     gateway = GatewaySession.objects.select_related("parent").get(session=session)
-    children = AgentSession.objects.filter(gateway__parent=session).order_by("created_at")
+    children = [
+        child
+        for child in AgentSession.objects.filter(gateway__parent=session)
+        .select_related("gateway")
+        .order_by("created_at")
+        if may_see(user, child)
+    ]
     exchanges = Exchange.objects.filter(session=session)
     parent = gateway.parent
     return {
         "session": session,
         "gateway": gateway,
         "parent": parent if parent is not None and may_see(user, parent) else None,
-        "children": [child for child in children if may_see(user, child)],
+        "branches": [child for child in children if child.gateway.branched_at is not None],
+        "beside": [child for child in children if child.gateway.branched_at is None],
         "exchanges": exchanges.count(),
         "failed": exchanges.exclude(status=200).count(),
         "can_change": may_change(user, session),

@@ -175,6 +175,7 @@ def _branched(
         mode=source.mode,
         client_session=marker,
         parent=source.session,
+        branched_at=seq,
         tip=hashes[seq],
     )
     return gateway, seq + 1

@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import httpx2
 import pytest
+from django.test import Client
 
 from gateway.chain import canonical
 from gateway.models import Exchange, GatewaySession, RawMessage
@@ -295,7 +296,7 @@ def test_interleaved_clients_and_their_sub_agents_thread_into_their_own_sessions
 
 
 def test_a_retried_or_rewound_conversation_goes_on_in_a_fork_of_its_session(
-    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str, alice: Any
 ) -> None:
     url = served[0]
     messages = tool_loop(client(url, hub_key, mode="govern"), 6)
@@ -334,6 +335,14 @@ def test_a_retried_or_rewound_conversation_goes_on_in_a_fork_of_its_session(
     assert [json.loads(raw) for raw in raws(fork)[5:6]] == [rewound[-1]]
     assert fork.messages.count() == 7  # the shared five, the edit, the answer
     assert original.messages.count() == stored_before  # the original is left as it was
+    assert fork.gateway.branched_at == 4
+    pages = Client()
+    pages.force_login(alice)
+    fork_page = pages.get(fork.get_absolute_url()).content.decode()
+    assert f'Went on from #4 of <a href="{original.get_absolute_url()}">' in fork_page
+    original_page = pages.get(original.get_absolute_url()).content.decode()
+    assert "Went on elsewhere (retried, rewound or edited)" in original_page
+    assert fork.get_absolute_url() in original_page
 
     # The fork goes on as any session: its next request continues it.
     upstream.script(Text("Done."))

@@ -42,7 +42,8 @@ def test_the_page_says_the_mode_and_links_parent_and_sub_agents(client: Client, 
     assert "observed: the upstream gets the agent's own request" in page
     assert child.get_absolute_url() in page
     child_page = client.get(child.get_absolute_url()).content.decode()
-    assert f'Branched from <a href="{parent.get_absolute_url()}">' in child_page
+    assert f'Started beside <a href="{parent.get_absolute_url()}">' in child_page
+    assert 'data-testid="gateway-branched"' not in child_page
     plain = make_session(alice, title="not through the gateway")
     assert (
         'data-testid="gateway-panel"' not in client.get(plain.get_absolute_url()).content.decode()

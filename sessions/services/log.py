@@ -111,6 +111,8 @@ def append_messages(
             .values_list("log_tokens", flat=True)
             .get(pk=session.pk)
         )
+        # A statement of its own, after the lock: in one with it, the newest seq would be read
+        # from the snapshot taken before a concurrent append committed.
         last = session.messages.aggregate(last=Max("seq"))["last"]
         start = 0 if last is None else last + 1
         if expected_seq is not None and expected_seq != start:

@@ -30,6 +30,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -45,7 +46,7 @@ from django.utils import timezone
 from ctxhub.governance import count_tokens as count_tokens_of
 from ctxhub.governance import tool_definition_tokens
 from ctxhub.governance.tokens import tokenizer_for
-from gateway import chain, threads
+from gateway import chain, offline, threads
 from gateway.access import Caller, calling, upstream_headers
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
@@ -374,14 +375,41 @@ async def count_tokens(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         tokens = count_tokens_of([m.view for m in parsed.messages], model=model)
         tools = tool_definition_tokens(parsed.tools, tokenizer_for(model)) if parsed.tools else 0
         return JsonResponse({"input_tokens": tokens + tools})
+    return await _asked(request, fmt, who, fmt.base_url + fmt.path + "/count_tokens")
+
+
+async def models(
+    request: HttpRequest, fmt: Format, path: str, model: str | None
+) -> HttpResponseBase:
+    """The provider's models (``GET {path}``, or one ``model`` of them), as an SDK's
+    ``models.list()`` asks: a question, nothing stored; the offline upstream lists its demo
+    model."""
+    try:
+        who = await calling(
+            _headers(request), needs_provider_key=not fmt.is_offline, provider=fmt.provider
+        )
+    except Refused as refused:
+        return refusal(fmt.provider, refused)
+    if fmt.is_offline:
+        return JsonResponse(offline.models(fmt.provider, model))
+    url = fmt.base_url + path + (f"/{quote(model, safe='')}" if model is not None else "")
+    query = request.META.get("QUERY_STRING", "")
+    return await _asked(request, fmt, who, url + (f"?{query}" if query else ""), method="GET")
+
+
+async def _asked(
+    request: HttpRequest, fmt: Format, who: Caller, url: str, *, method: str = "POST"
+) -> HttpResponseBase:
+    """The upstream's answer to a question that is not a turn (counting, listing models),
+    relayed whole as it came."""
     sent = upstream_headers(_headers(request), who)
     try:
-        answer = await call(fmt.base_url + fmt.path + "/count_tokens", request.body, sent)
+        answer = await call(url, request.body if method == "POST" else b"", sent, method=method)
         body = b"".join([chunk async for chunk in answer.chunks])
     except UpstreamTimeout as exc:
         return refusal(fmt.provider, Refused(504, f"the upstream did not answer in time ({exc})"))
     except UpstreamUnreachable as exc:
         return refusal(fmt.provider, Refused(502, f"the upstream could not be reached ({exc})"))
-    counted = HttpResponse(body, status=answer.status)
-    _copy_headers(counted, answer, {})
-    return counted
+    relayed = HttpResponse(body, status=answer.status)
+    _copy_headers(relayed, answer, {})
+    return relayed

@@ -380,3 +380,31 @@ def openai_responses(request: WireRequest) -> Answer:
         event("response.output_item.done", output_index=index, item=item)
     event("response.completed", response=response)
     return _answer(STREAM_HEADERS, events)
+
+
+# --- the models list -----------------------------------------------------------------------------
+
+MODEL_ID = "offline-demo"
+"""The model the offline upstream lists (it answers whatever model a request names)."""
+
+
+def models(provider: str, model: str | None) -> dict[str, Any]:
+    """The provider's models list (or one model, ``model``) as the offline upstream gives it."""
+    named = model or MODEL_ID
+    if provider == "anthropic":
+        entry = {
+            "type": "model",
+            "id": named,
+            "display_name": "ctxhub offline demo model (answers to any model name)",
+            "created_at": "2025-01-01T00:00:00Z",
+        }
+        if model is not None:
+            return entry
+        return {"data": [entry], "has_more": False, "first_id": named, "last_id": named}
+    listed: dict[str, Any] = {
+        "id": named,
+        "object": "model",
+        "created": 1735689600,
+        "owned_by": "ctxhub",
+    }
+    return listed if model is not None else {"object": "list", "data": [listed]}

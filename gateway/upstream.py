@@ -110,11 +110,12 @@ def answered(headers: httpx.Headers) -> list[tuple[str, str]]:
     ]
 
 
-async def call(url: str, body: bytes, headers: dict[str, str]) -> Answer:
-    """POST ``body`` to ``url`` and return as soon as the status and headers are in."""
+async def call(url: str, body: bytes, headers: dict[str, str], *, method: str = "POST") -> Answer:
+    """POST ``body`` to ``url`` (or ``method`` it) and return as soon as the status and
+    headers are in."""
     client = _client()
     request = client.build_request(
-        "POST", url, content=body, headers={**headers, "accept-encoding": "identity"}
+        method, url, content=body or None, headers={**headers, "accept-encoding": "identity"}
     )
     try:
         response = await client.send(request, stream=True)

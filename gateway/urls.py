@@ -16,4 +16,8 @@ urlpatterns = [
     ),
     path("openai/v1/chat/completions", views.openai_chat_completions, name="openai_chat"),
     path("openai/v1/responses", views.openai_responses, name="openai_responses"),
+    path("anthropic/v1/models", views.anthropic_models, name="anthropic_models"),
+    path("anthropic/v1/models/<str:model>", views.anthropic_models, name="anthropic_model"),
+    path("openai/v1/models", views.openai_models, name="openai_models"),
+    path("openai/v1/models/<str:model>", views.openai_models, name="openai_model"),
 ]

@@ -9,6 +9,8 @@ Routes (every other path answers 404):
 
 - ``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` (Anthropic; base URL ``url``)
 - ``POST /v1/chat/completions`` and ``POST /v1/responses`` (OpenAI; base URL ``url + "/v1"``)
+- ``GET /v1/models`` and ``GET /v1/models/{id}`` (both: Anthropic's list when the request
+  carries ``anthropic-version``, as Anthropic's SDK sends it, else OpenAI's)
 
 What it answers comes from a script (``upstream.script(Text("hi"), ToolCalls(...), ...)``), one
 answer a request (count_tokens takes none), else from a default: the first offered tool (or the
@@ -638,6 +640,31 @@ class Reply:
     events: list[bytes] | None = None
 
 
+FAKE_MODELS = ("claude-sonnet-4-6", "claude-haiku-4-5")
+
+
+def models_reply(request: Received) -> Reply:
+    """``GET /v1/models`` (a list) or ``/v1/models/{id}`` (one), in the provider's shape."""
+    named = request.path.split("/")[3:]
+    ids = [named[0]] if named else list(FAKE_MODELS)
+    if named and named[0] not in FAKE_MODELS:
+        error = {"type": "not_found_error", "message": f"model: {named[0]}"}
+        return Reply(404, {}, json={"type": "error", "error": error})
+    if "anthropic-version" in request.headers:
+        entries = [
+            {"type": "model", "id": i, "display_name": i, "created_at": "2025-05-14T00:00:00Z"}
+            for i in ids
+        ]
+        if named:
+            return Reply(200, {}, json=entries[0])
+        listed = {"data": entries, "has_more": False, "first_id": ids[0], "last_id": ids[-1]}
+        return Reply(200, {"request-id": "req_fake_models"}, json=listed)
+    objects = [{"id": i, "object": "model", "created": 1747180800, "owned_by": "fake"} for i in ids]
+    if named:
+        return Reply(200, {}, json=objects[0])
+    return Reply(200, {"x-request-id": "req_fake_models"}, json={"object": "list", "data": objects})
+
+
 class FakeUpstream:
     """The fake provider: its script, what it received, and the ASGI app serving both."""
 
@@ -723,6 +750,8 @@ class FakeUpstream:
 
     def _answer(self, request: Received) -> tuple[Reply, float]:
         """The reply to ``request`` and the pause before it (and between its events)."""
+        if request.method == "GET" and request.path.split("/")[1:3] == ["v1", "models"]:
+            return models_reply(request), 0.0
         protocol = ROUTES.get(request.path)
         if request.method != "POST" or protocol is None:
             body = {"error": {"type": "not_found_error", "message": f"no route {request.path}"}}

@@ -25,6 +25,8 @@ from django.core.handlers.base import BaseHandler
 from django.http import HttpResponseBase, JsonResponse
 from django.urls import Resolver404, resolve, set_script_prefix
 
+from sessions.telemetry import served
+
 log = logging.getLogger(__name__)
 
 
@@ -53,9 +55,14 @@ class GatewayHandler(ASGIHandler):
             # leaves behind, since its storage work hands its connection back as it ends
             # (``gateway.storage``); and each would cost a hop to a thread and back.
             request, refused = self.create_request(scope, body_file)
-            response = await _view(request) if request is not None else refused
-            assert response is not None  # Django gives a refusal when no request
-            await self._send(response, receive, send)
+            if request is None:
+                assert refused is not None  # Django gives a refusal when no request
+                await self._send(refused, receive, send)
+                return
+            with served(request) as answered:  # a span to the last byte sent
+                response = await _view(request)
+                answered(response)
+                await self._send(response, receive, send)
 
     async def _send(self, response: HttpResponseBase, receive: Any, send: Any) -> None:
         if not response.streaming:
@@ -76,7 +83,7 @@ async def _disconnected(receive: Any) -> None:
 
 async def _view(request: Any) -> HttpResponseBase:
     try:
-        match = resolve(request.path_info)
+        match = request.resolver_match = resolve(request.path_info)
     except Resolver404:
         return JsonResponse(
             {"error": {"message": f"no gateway endpoint {request.path}"}}, status=404

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic_ai.models.instrumented import InstrumentationSettings, InstrumentedModel
@@ -347,6 +347,17 @@ class TracedRequests:
 
 
 @contextmanager
+def served(request: HttpRequest) -> Iterator[Callable[[HttpResponseBase], None]]:
+    """The span ``TracedRequests`` gives a request, for one served without Django's middleware
+    (the gateway's handler): what it yields takes the response once there is one."""
+    if not tracing():
+        yield lambda response: None
+        return
+    with _server_span(request) as (span, method):
+        yield lambda response: _answered(span, method, request, response)
+
+
+@contextmanager
 def _server_span(request: HttpRequest) -> Iterator[tuple[Span, str]]:
     method = request.method if request.method in _METHODS else "_OTHER"
     meta = request.META
@@ -376,7 +387,7 @@ def _server_span(request: HttpRequest) -> Iterator[tuple[Span, str]]:
         yield span, method
 
 
-def _answered(span: Span, method: str, request: HttpRequest, response: HttpResponse) -> None:
+def _answered(span: Span, method: str, request: HttpRequest, response: HttpResponseBase) -> None:
     if not span.is_recording():
         return
     status = response.status_code

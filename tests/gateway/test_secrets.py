@@ -484,6 +484,10 @@ def test_no_provider_key_leaks_from_the_gateway(
     # The log holds the server's DEBUG lines, the HTTP client's of each upstream call too.
     assert "DEBUG httpcore.http11 send_request_headers" in log_text
     assert len(spans) > 0
+    # The gateway's requests have their spans too (searched above), named by their route.
+    relayed = [span for span in spans if span.name == "POST /gateway/anthropic/v1/messages"]
+    assert {span.attributes["http.response.status_code"] for span in relayed} >= {200, 401}
+    assert any(span.name == "POST /gateway/openai/v1/chat/completions" for span in spans)
     assert leaks.searched > 100
     assert hub_secret not in log_text
 

@@ -262,6 +262,10 @@ CTXHUB_GATEWAY_ANTHROPIC_URL = env_str("CTXHUB_GATEWAY_ANTHROPIC_URL") or "offli
 CTXHUB_GATEWAY_OPENAI_URL = env_str("CTXHUB_GATEWAY_OPENAI_URL") or "offline"
 CTXHUB_GATEWAY_MODE = env_str("CTXHUB_GATEWAY_MODE") or "govern"
 CTXHUB_GATEWAY_TIMEOUT_SECONDS = env_int("CTXHUB_GATEWAY_TIMEOUT_SECONDS", 600, minimum=1)
+# Each web process remembers the conversations it read lately (the text of their messages
+# arrays), so a client's next request costs what it adds to read: at most this many MB of
+# text (0: none remembered, every body read whole).
+CTXHUB_GATEWAY_READ_MEMORY_MB = env_int("CTXHUB_GATEWAY_READ_MEMORY_MB", 64, minimum=0)
 # The provider API keys the gateway holds for its users (stored on the API keys page, sent
 # upstream for a client that authenticates with its ctxhub key alone) are encrypted at rest
 # with this Fernet key (make one: python -c "from cryptography.fernet import Fernet;

@@ -200,12 +200,13 @@ def read_body(
 
 class _Memory:
     """The arrays a process read lately, by their first item's text; the newest ``ARRAYS`` of
-    them, ``CHARACTERS`` of text at most."""
+    them, ``characters`` of text at most (``CHARACTERS`` unless set: ``remember_at_most``)."""
 
     ARRAYS = 512
     CHARACTERS = 64 * 2**20
 
     def __init__(self) -> None:
+        self.characters = self.CHARACTERS
         self._arrays: OrderedDict[tuple[str, str], list[Known]] = OrderedDict()
         self._count = 0
         self._characters = 0
@@ -233,12 +234,17 @@ class _Memory:
             self._arrays[first] = same
             self._count += 1
             self._characters += len(known.text)
-            while self._arrays and (
-                self._count > self.ARRAYS or self._characters > self.CHARACTERS
-            ):
-                oldest = next(iter(self._arrays))
-                for gone in self._arrays.pop(oldest):
-                    self._forget(gone)
+            self._evict()
+
+    def keep_within(self) -> None:
+        with self._lock:
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._arrays and (self._count > self.ARRAYS or self._characters > self.characters):
+            oldest = next(iter(self._arrays))
+            for gone in self._arrays.pop(oldest):
+                self._forget(gone)
 
     def _forget(self, known: Known) -> None:
         self._count -= 1
@@ -270,6 +276,12 @@ def remember(reader: str, span: Span, made: list[Any], state: dict[str, Any]) ->
         return
     known = Known(reader, span.text[: items[-1].end], items, list(made), dict(state))
     _MEMORY.keep(known, span.known)
+
+
+def remember_at_most(characters: int) -> None:
+    """Bound what the process remembers to ``characters`` of text (0: nothing)."""
+    _MEMORY.characters = characters
+    _MEMORY.keep_within()
 
 
 def forget_all() -> None:

@@ -142,3 +142,17 @@ def test_the_memory_keeps_the_newest_arrays_within_its_bounds(
         for n in (4, 3, 2, 1, 0)
     ]
     assert seen == [True, True, True, False, False]
+
+
+def test_a_process_told_to_remember_nothing_reads_every_body_whole() -> None:
+    openai_chat.parse(_chat("first"))
+    assert openai_chat.parse(_chat("first", "next")).members["messages"].known is not None
+    spans.remember_at_most(0)  # CTXHUB_GATEWAY_READ_MEMORY_MB=0
+    try:
+        assert openai_chat.parse(_chat("first", "next", "again")).members["messages"].known is None
+        openai_chat.parse(_chat("second"))
+        assert openai_chat.parse(_chat("second", "next")).members["messages"].known is None
+    finally:
+        spans.remember_at_most(spans._Memory.CHARACTERS)
+    openai_chat.parse(_chat("third"))
+    assert openai_chat.parse(_chat("third", "next")).members["messages"].known is not None

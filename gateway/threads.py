@@ -117,7 +117,8 @@ def _branched(
     it, with its compactions, clears and pins over that prefix. Only a session of the same
     client session (the same marker, or none on both) is branched from; a prefix without a
     model's answer (a system prompt and a first prompt any conversation may share) starts a
-    session of its own."""
+    session of its own, unless the client marks its session and sent the very same request
+    before (a retry of its first request)."""
     answered = next(
         (
             i
@@ -126,8 +127,10 @@ def _branched(
         ),
         None,
     )
-    if answered is None:
+    if answered is None and not marker:
         return None
+    if answered is None:
+        answered = len(hashes) - 1  # the whole request, or nothing
     looked = 0
     for batch in (*LOOKUP_BATCHES, len(hashes)):
         # The newest hashes not looked up yet, down to the first answer; the first batch that

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -304,7 +305,10 @@ def test_a_retried_or_rewound_conversation_goes_on_in_a_fork_of_its_session(
     wait_for(lambda: Exchange.objects.filter(session=original).count() == 6)
     stored_before = original.messages.count()  # the system prompt and every message sent
 
-    def send(conversation: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    def send(
+        conversation: list[dict[str, Any]], user_id: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        marker = {"metadata": {"user_id": user_id}} if user_id else {}
         answer = httpx.post(
             f"{url}/gateway/anthropic/v1/messages",
             json={
@@ -313,6 +317,7 @@ def test_a_retried_or_rewound_conversation_goes_on_in_a_fork_of_its_session(
                 "system": "You are a careful coder.",
                 "tools": TOOLS,
                 "messages": conversation,
+                **marker,
             },
             headers={"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key},
         )
@@ -368,6 +373,18 @@ def test_a_retried_or_rewound_conversation_goes_on_in_a_fork_of_its_session(
     other = AgentSession.objects.get(pk=other_id)
     assert other.gateway.parent_id is None
     assert other.pk not in (original.pk, fork.pk, retried.pk)
+    wait_for(lambda: other.messages.count() == 3)
+
+    # A client that marks its session (Claude Code's metadata.user_id) and sends its first
+    # request again after the answer was stored: a retry, so a fork of that session.
+    marked = [{"role": "user", "content": "Start the review."}]
+    upstream.script(Text("Reviewing."), Text("Reviewing, again."))
+    first_id, _ = send(marked, user_id="user_x_account_y_session_retry")
+    wait_for(lambda: AgentSession.objects.get(pk=first_id).messages.count() == 3)
+    again_id, _ = send(marked, user_id="user_x_account_y_session_retry")
+    again = AgentSession.objects.get(pk=again_id)
+    assert again.gateway.parent_id == uuid.UUID(first_id)
+    assert again.gateway.branched_at == 1
 
 
 def test_upstream_errors_reach_the_client_as_the_provider_sent_them(

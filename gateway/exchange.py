@@ -30,7 +30,6 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -38,15 +37,11 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBase,
-    JsonResponse,
     StreamingHttpResponse,
 )
 from django.utils import timezone
 
-from ctxhub.governance import count_tokens as count_tokens_of
-from ctxhub.governance import tool_definition_tokens
-from ctxhub.governance.tokens import tokenizer_for
-from gateway import chain, offline, threads
+from gateway import chain, threads
 from gateway.access import Caller, calling, upstream_headers
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
@@ -66,7 +61,7 @@ MODE_HEADER = "x-ctxhub-mode"
 SESSION_HEADER = "x-ctxhub-session"
 
 
-def _headers(request: HttpRequest) -> dict[str, str]:
+def request_headers(request: HttpRequest) -> dict[str, str]:
     return {name.lower(): value for name, value in request.headers.items()}
 
 
@@ -98,13 +93,13 @@ READ_IN_LOOP_BYTES = 32 * 1024
 hop to a thread and back would cost more than it saves."""
 
 
-async def _read(
+async def read_request(
     request: HttpRequest, fmt: Format, *, chained: bool = False
 ) -> tuple[Caller, WireRequest, list[str]]:
     """Who is calling, what they sent and (``chained``) its messages' chain hashes; Refused
     (with the field at fault) otherwise."""
     who = await calling(
-        _headers(request), needs_provider_key=not fmt.is_offline, provider=fmt.provider
+        request_headers(request), needs_provider_key=not fmt.is_offline, provider=fmt.provider
     )
     body = request.body
     try:
@@ -126,10 +121,10 @@ def _parsed(fmt: Format, body: bytes, chained: bool) -> tuple[WireRequest, list[
 
 
 async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
-    headers = _headers(request)
+    headers = request_headers(request)
     try:
         asked_mode = _mode(headers)
-        who, parsed, hashes = await _read(request, fmt, chained=True)
+        who, parsed, hashes = await read_request(request, fmt, chained=True)
     except Refused as refused:
         return refusal(fmt.provider, refused)
     threading = asyncio.ensure_future(_thread(who, parsed, fmt, headers, asked_mode, hashes))
@@ -164,7 +159,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         relayed = StreamingHttpResponse(
             _relay(answer, fmt, outcome, parsed.model, hashes), status=answer.status
         )
-        _copy_headers(relayed, answer, extra)
+        copy_headers(relayed, answer, extra)
         return relayed
     try:
         body = b"".join([chunk async for chunk in answer.chunks])
@@ -179,7 +174,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         outcome.error = who.scrubbed(text)[:2000]
     RECORDINGS.start(outcome, hashes)
     whole = HttpResponse(body, status=answer.status)
-    _copy_headers(whole, answer, extra)
+    copy_headers(whole, answer, extra)
     return whole
 
 
@@ -253,7 +248,7 @@ async def _call(
     return await call(fmt.base_url + fmt.path, body, upstream_headers(headers, who))
 
 
-def _copy_headers(response: HttpResponseBase, answer: Answer, extra: dict[str, str]) -> None:
+def copy_headers(response: HttpResponseBase, answer: Answer, extra: dict[str, str]) -> None:
     for name, value in answer.headers:
         response[name] = value
     for name, value in extra.items():
@@ -360,56 +355,3 @@ def _write(outcome: Outcome, thread: Thread) -> None:
         usage=response.extra.get("usage", {}) if response is not None else {},
         finished_at=timezone.now(),
     )
-
-
-async def count_tokens(request: HttpRequest, fmt: Format) -> HttpResponseBase:
-    """Anthropic's ``count_tokens``: a question about a request, not a turn of the session, so
-    nothing is stored; the upstream answers it (the offline one counts with the engine's
-    tokenizer)."""
-    try:
-        who, parsed, _ = await _read(request, fmt)
-    except Refused as refused:
-        return refusal(fmt.provider, refused)
-    if fmt.is_offline:
-        model = f"{fmt.provider}:{parsed.model}"
-        tokens = count_tokens_of([m.view for m in parsed.messages], model=model)
-        tools = tool_definition_tokens(parsed.tools, tokenizer_for(model)) if parsed.tools else 0
-        return JsonResponse({"input_tokens": tokens + tools})
-    return await _asked(request, fmt, who, fmt.base_url + fmt.path + "/count_tokens")
-
-
-async def models(
-    request: HttpRequest, fmt: Format, path: str, model: str | None
-) -> HttpResponseBase:
-    """The provider's models (``GET {path}``, or one ``model`` of them), as an SDK's
-    ``models.list()`` asks: a question, nothing stored; the offline upstream lists its demo
-    model."""
-    try:
-        who = await calling(
-            _headers(request), needs_provider_key=not fmt.is_offline, provider=fmt.provider
-        )
-    except Refused as refused:
-        return refusal(fmt.provider, refused)
-    if fmt.is_offline:
-        return JsonResponse(offline.models(fmt.provider, model))
-    url = fmt.base_url + path + (f"/{quote(model, safe='')}" if model is not None else "")
-    query = request.META.get("QUERY_STRING", "")
-    return await _asked(request, fmt, who, url + (f"?{query}" if query else ""), method="GET")
-
-
-async def _asked(
-    request: HttpRequest, fmt: Format, who: Caller, url: str, *, method: str = "POST"
-) -> HttpResponseBase:
-    """The upstream's answer to a question that is not a turn (counting, listing models),
-    relayed whole as it came."""
-    sent = upstream_headers(_headers(request), who)
-    try:
-        answer = await call(url, request.body if method == "POST" else b"", sent, method=method)
-        body = b"".join([chunk async for chunk in answer.chunks])
-    except UpstreamTimeout as exc:
-        return refusal(fmt.provider, Refused(504, f"the upstream did not answer in time ({exc})"))
-    except UpstreamUnreachable as exc:
-        return refusal(fmt.provider, Refused(502, f"the upstream could not be reached ({exc})"))
-    relayed = HttpResponse(body, status=answer.status)
-    _copy_headers(relayed, answer, {})
-    return relayed

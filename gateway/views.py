@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from gateway import exchange
+from gateway import exchange, questions
 from gateway.formats import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 
@@ -38,18 +38,18 @@ async def openai_responses(request: HttpRequest) -> HttpResponseBase:
 @login_not_required
 @require_POST
 async def anthropic_count_tokens(request: HttpRequest) -> HttpResponseBase:
-    return await exchange.count_tokens(request, ANTHROPIC_MESSAGES)
+    return await questions.count_tokens(request, ANTHROPIC_MESSAGES)
 
 
 @csrf_exempt
 @login_not_required
 @require_GET
 async def anthropic_models(request: HttpRequest, model: str | None = None) -> HttpResponseBase:
-    return await exchange.models(request, ANTHROPIC_MESSAGES, "/v1/models", model)
+    return await questions.models(request, ANTHROPIC_MESSAGES, "/v1/models", model)
 
 
 @csrf_exempt
 @login_not_required
 @require_GET
 async def openai_models(request: HttpRequest, model: str | None = None) -> HttpResponseBase:
-    return await exchange.models(request, OPENAI_CHAT, "/models", model)
+    return await questions.models(request, OPENAI_CHAT, "/models", model)

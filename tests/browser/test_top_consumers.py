@@ -11,6 +11,7 @@ from playwright.sync_api import Page, expect
 from sessions import services
 from sessions.consumers_report import top_consumers
 from tests.browser.test_controls import log_in
+from tests.browser.test_governor import WATCH_OPEN
 from tests.factories import make_session
 from tests.messages import agent_turns
 
@@ -26,6 +27,7 @@ def session(alice: Any) -> Any:
 
 
 def test_the_panel_opens_on_the_top_tool(page: Page, live_url: str, session: Any) -> None:
+    page.add_init_script(WATCH_OPEN)
     log_in(page, live_url, f"/sessions/{session.pk}/")
     found = top_consumers(services.governed_context(session))
     control = page.get_by_test_id("consumers-control")
@@ -38,7 +40,11 @@ def test_the_panel_opens_on_the_top_tool(page: Page, live_url: str, session: Any
     expect(top).to_have_attribute("data-sent", str(found.tools[0].sent))
     expect(control.get_by_test_id("consumers-sent")).to_have_text(f"{found.history:,}")
     expect(control.get_by_test_id("consumers-by-argument")).to_contain_text("src/m")
-    # A change re-renders the x-ray: the panel stays open and is loaded again.
+    # A change re-renders the x-ray: the panel stays open and is loaded again. (Once the
+    # page's own redraw on its socket's opening is done: the panel it replaces has no mark.)
+    page.wait_for_function("() => window.open_ === true", timeout=10_000)
+    page.wait_for_timeout(1_500)
+    expect(control.get_by_test_id("consumers")).to_have_count(1)
     page.evaluate("document.querySelector('[data-testid=consumers]').dataset.old = '1'")
     page.evaluate("htmx.trigger(document.body, 'ctxhub-changed')")
     page.wait_for_selector("#consumers-control [data-testid=consumers]:not([data-old])")

@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "ninja",
     "sessions.apps.AgentSessionsConfig",
     "gateway.apps.GatewayConfig",
+    "transcripts.apps.TranscriptsConfig",
 ]
 
 MIDDLEWARE = [

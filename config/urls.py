@@ -25,5 +25,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api_urls()),
     path("gateway/", include("gateway.urls")),
+    path("imports/", include("transcripts.urls")),
     path("", include("sessions.urls")),
 ]

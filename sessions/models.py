@@ -105,6 +105,7 @@ class MessageSource(models.TextChoices):
     CHAT = "chat", "dashboard chat"
     DEMO = "demo", "demo data"
     GATEWAY = "gateway", "gateway"
+    IMPORT = "import", "agent's transcript"
 
 
 class MessageQuerySet(models.QuerySet["Message"]):
@@ -235,6 +236,8 @@ class Compaction(Undoable):
         "messages_after",
         "started_at",
         "finished_at",
+        "trigger",
+        "usage",
     )
     """What a compaction says, besides whose it is and what it relates to (its session, job,
     actor, the one it supersedes): what a copy (a fork) or a file (an export) carries."""
@@ -264,6 +267,18 @@ class Compaction(Undoable):
     )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    trigger = models.CharField(
+        max_length=8,
+        blank=True,
+        help_text="manual or auto, for a compaction the agent made itself (read from its "
+        "transcript, ``summarizer`` naming the agent); blank for ctxhub's (its job says).",
+    )
+    usage = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The usage of the model call that wrote the summary, as pydantic-ai's "
+        "RequestUsage, where the agent recorded it (read from its transcript).",
+    )
 
     class Meta:
         ordering = ["session", "-created_at"]

@@ -30,11 +30,11 @@ from sessions.history import UnreadableMessage, record_state
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message, SentRequest
 from sessions.presenters import present_message, present_part, present_sent
-from sessions.services import transfer
 from sessions.services.fleet import SORTS, fleet
 from sessions.services.sending import GOVERNOR_ACTIONS
 from sessions.trajectory import trajectory
 from sessions.xray import Fates, xray
+from transcripts.uploads import import_upload
 
 # The most messages one fate refresh covers (a page and the pages loaded before it).
 FATES_LIMIT = 2_000
@@ -353,20 +353,17 @@ def export(request: AuthenticatedHttpRequest, pk: UUID) -> StreamingHttpResponse
 
 @require_POST
 def import_session(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """A new session of the user from an uploaded export; a bad file is shown on the fleet
-    page, naming its line, and nothing is stored."""
+    """A session of the user from an uploaded file (an export, a pydantic-ai message list, an
+    agent's transcript); a bad file is shown on the fleet page, naming its line, and nothing
+    is stored. (Several files at once: the imports page.)"""
     upload = request.FILES.get("file")
     try:
         if upload is None:
-            raise services.Invalid("choose an export file (.jsonl) to import", field="file")
+            raise services.Invalid("choose a file (.jsonl, .json) to import", field="file")
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         if upload.size is not None and upload.size > limit:
             raise services.Invalid(f"the file is over the {limit:,}-byte limit", field="file")
-        try:
-            text = upload.read().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise services.Invalid(f"not UTF-8 text (byte {exc.start})", field="file") from None
-        session = transfer.import_session(text, request.user)
+        report = import_upload(upload.name or "upload", upload.read(), request.user)
     except services.ServiceError as error:
         context = {
             "rows": fleet(request.user, query="", sort="fullest"),
@@ -376,7 +373,7 @@ def import_session(request: AuthenticatedHttpRequest) -> HttpResponse:
             "import_error": error.message,
         }
         return render(request, "sessions/list.html", context, status=422)
-    return redirect(session)
+    return redirect(report.sessions[0])
 
 
 @login_not_required

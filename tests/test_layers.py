@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("ctxhub", "config", "sessions")
+PACKAGES = ("ctxhub", "config", "sessions", "gateway", "transcripts")
 
 
 def _module_name(path: Path) -> str:

@@ -25,11 +25,10 @@ from pydantic_ai.messages import (
 
 from .caches import memory
 from .tokens import (
-    MEDIA_TOKENS,
     MESSAGE_OVERHEAD,
     PART_OVERHEAD,
     Tokenizer,
-    part_media,
+    media_tokens,
     part_pieces,
 )
 
@@ -74,7 +73,7 @@ def cached_part_tokens(part: Part, tokenizer: Tokenizer, sink: TokenSink | None 
     if cached is not None:
         return int(cached)
     pieces = part_pieces(part)
-    total = PART_OVERHEAD + MEDIA_TOKENS * part_media(part)
+    total = PART_OVERHEAD + media_tokens(part)
     for number, piece in enumerate(pieces):
         if sink is not None and number == len(pieces) - 1 and len(piece) > 2_048:
             ids = tokenizer.encode(piece)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import tiktoken
 from pydantic_ai.messages import (
+    BinaryContent,
     FilePart,
     ModelMessage,
     ModelRequest,
@@ -31,6 +32,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_core import to_json
+
+from ctxhub.governance.images import LOW_DETAIL_TOKENS, image_tokens
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +265,9 @@ def as_text(content: object) -> str:
 # Framing a provider adds around each message and each part (role markers, separators).
 MESSAGE_OVERHEAD = 3
 PART_OVERHEAD = 1
-# Media cannot be tokenised as text; count it as one low-detail image (approximate).
-MEDIA_TOKENS = 85
+# Media cannot be tokenised as text: an image is counted by its size where its bytes say it
+# (``images``), anything else as one low-detail image (approximate).
+MEDIA_TOKENS = LOW_DETAIL_TOKENS
 
 
 def part_text(part: ModelRequestPart | ModelResponsePart) -> str:
@@ -301,17 +305,27 @@ def _item_text(item: object) -> str:
     return ""
 
 
-def part_media(part: ModelRequestPart | ModelResponsePart) -> int:
-    """How many media items (images, audio, files) a part carries."""
+def media_tokens(part: ModelRequestPart | ModelResponsePart) -> int:
+    """What the media items a part carries (images, audio, files) cost: an image whose bytes
+    are at hand by its size (``images``), anything else as one low-detail image."""
     match part:
         case UserPromptPart() if not isinstance(part.content, str):
-            return sum(not isinstance(item, str | TextContent) for item in part.content)
+            items: Sequence[object] = [
+                item for item in part.content if not isinstance(item, str | TextContent)
+            ]
         case ToolReturnPart():
-            return len(part.files)
+            items = part.files
         case FilePart():
-            return 1
+            items = [part.content]
         case _:
             return 0
+    return sum(_item_tokens(item) for item in items)
+
+
+def _item_tokens(item: object) -> int:
+    if isinstance(item, BinaryContent) and item.is_image:
+        return image_tokens(item.data)
+    return MEDIA_TOKENS
 
 
 def instructions_of(messages: Sequence[ModelMessage]) -> str | None:

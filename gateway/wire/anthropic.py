@@ -123,6 +123,21 @@ def _message(span: Span, field: str, names: dict[str, str]) -> WireMessage:
     return WireMessage(span.text, value, build=partial(_view, value, names))
 
 
+def message_view(raw: str, value: Any, field: str, names: dict[str, str]) -> ModelMessage:
+    """pydantic-ai's view of one message read outside a request (a line of a transcript): its
+    JSON ``raw`` and parsed ``value``; ``names`` as for a request's messages. BodyError, naming
+    ``field``, when it is not a message."""
+    checked = _checked_message(storable(raw, value), field)
+    _named_calls(checked, names)
+    return _view(checked, names)
+
+
+def response_view(blocks: list[Any], head: dict[str, Any]) -> ModelResponse:
+    """A response's view from its content ``blocks`` and the response's other members
+    (``head``: model, id, stop reason, usage), as a whole response body would give them."""
+    return _stored("", blocks, head).view
+
+
 def _checked_message(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BodyError(field, "must be an object")
@@ -431,12 +446,15 @@ def _usage(usage: dict[str, Any]) -> RequestUsage:
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
     read, written = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
+    # The writes kept an hour are priced apart from those kept five minutes.
+    hour = _object(usage.get("cache_creation")).get("ephemeral_1h_input_tokens")
     return RequestUsage(
         # Anthropic's input_tokens leaves out what the cache read and wrote; pydantic-ai's
         # counts every input token.
         input_tokens=count("input_tokens") + read + written,
         cache_read_tokens=read,
         cache_write_tokens=written,
+        cache_write_1h_tokens=min(hour, written) if isinstance(hour, int) and hour > 0 else 0,
         output_tokens=count("output_tokens"),
     )
 

@@ -323,6 +323,15 @@ def _compact(arguments: str) -> str:
 # --- the pydantic-ai view ----------------------------------------------------------------------
 
 
+def item_view(raw: str, value: Any, field: str, names: dict[str, str]) -> ModelMessage:
+    """pydantic-ai's view of one item read outside a request (a line of a transcript): its
+    JSON ``raw`` and parsed ``value``; ``names`` as for a request's items. BodyError, naming
+    ``field``, when it is not an item."""
+    checked = _checked_item(storable(raw, value), field)
+    _named_call(checked, names)
+    return _view(checked, names)
+
+
 def _named_call(item: dict[str, Any], names: dict[str, str]) -> None:
     """The tool name of a call item, by its id: an output names only its call."""
     if _kind(item) in _CALLS:

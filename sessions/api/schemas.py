@@ -161,6 +161,23 @@ class SessionOut(Schema):
     updated_at: datetime
 
 
+class SkippedLineOut(Schema):
+    line: int
+    why: str
+
+
+class TranscriptImportOut(Schema):
+    format: str = Field(description="claude-code or codex.")
+    sessions: list[SessionOut] = Field(
+        description="The sessions it added to: the transcript's own, then its sub-agents'."
+    )
+    created: int = Field(description="How many of them are new.")
+    messages: int = Field(description="Messages added (0: nothing new since the last import).")
+    compactions: int = Field(description="The agent's compactions added.")
+    kept_lines: int = Field(description="Lines kept as they were (no message in them).")
+    skipped_lines: list[SkippedLineOut] = Field(description="Lines that could not be read.")
+
+
 class SessionPage(Schema):
     sessions: list[SessionOut]
     next_cursor: str | None = Field(description="Pass as cursor for the next page; null: last.")

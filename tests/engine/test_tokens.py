@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest import mock
 
+import pytest
 from engine_builders import MODEL, _off, _tight
 from pydantic_ai.messages import (
+    BinaryContent,
     ImageUrl,
     ModelRequest,
     ModelResponse,
@@ -165,3 +168,36 @@ def test_approximate_families_are_marked_in_the_report() -> None:
     governed = govern([user("hi")], None, model="anthropic:claude-sonnet-4-5")
     assert governed.report.exact is False
     assert governed.report.encoding == "o200k_base"
+
+
+def _png(width: int, height: int) -> bytes:
+    header = struct.pack(">II", width, height) + bytes([8, 6, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + header + b"\0" * 4
+
+
+def _jpeg(width: int, height: int) -> bytes:
+    app0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\0" + b"\1\1\0\0\1\0\1\0\0"
+    frame = b"\xff\xc0" + struct.pack(">HBHH", 17, 8, height, width) + b"\3" + b"\0" * 9
+    return b"\xff\xd8" + app0 + frame + b"\xff\xd9"
+
+
+@pytest.mark.parametrize(
+    ("data", "tokens"),
+    [
+        # 1280 x 720: the shorter side to 768 (1365 x 768), 3 x 2 tiles of 512.
+        (_png(1280, 720), 85 + 170 * 6),
+        # 4000 x 3000: fit in 2048 (2048 x 1536), then 1024 x 768: 2 x 2 tiles.
+        (_jpeg(4000, 3000), 85 + 170 * 4),
+        # Small images are not scaled up: one tile.
+        (b"GIF89a" + struct.pack("<HH", 64, 48) + b"\0" * 8, 85 + 170),
+        # A header that gives no size counts as one low-detail image.
+        (b"\x89PNG\r\n\x1a\n" + b"\0" * 40, 85),
+    ],
+)
+def test_an_image_costs_what_its_size_does(data: bytes, tokens: int) -> None:
+    tokenizer = tokenizer_for(MODEL)
+    part = UserPromptPart([BinaryContent(data, media_type="image/png")], timestamp=T0)
+    assert cached_part_tokens(part, tokenizer) == 1 + tokens
+    # A URL's image is not at hand: one low-detail image.
+    url = UserPromptPart([ImageUrl("https://example.com/a.png")], timestamp=T0)
+    assert cached_part_tokens(url, tokenizer) == 1 + 85

@@ -10,10 +10,11 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Router, Status
 
 from sessions.api.access import need, owned_session
-from sessions.api.errors import ApiError
 from sessions.api.routes.sessions import _described
-from sessions.api.schemas import ERRORS, SessionOut
+from sessions.api.schemas import ERRORS, SessionOut, TranscriptImportOut
 from sessions.services import transfer
+from transcripts.models import Format
+from transcripts.uploads import import_upload
 
 router = Router()
 
@@ -57,23 +58,42 @@ def export_session(
 
 @router.post(
     "/sessions/import",
-    response={201: SessionOut, **ERRORS},
+    response={201: SessionOut | TranscriptImportOut, **ERRORS},
     tags=["sessions"],
     openapi_extra={
         "requestBody": {
             "required": True,
-            "description": "An export's JSONL text, as the body.",
-            "content": {JSONL: _TEXT, "text/plain": _TEXT},
+            "description": "The file, as the body: an export's JSONL, a pydantic-ai message "
+            "list's JSON, or a Claude Code or Codex transcript's JSONL.",
+            "content": {JSONL: _TEXT, "application/json": _TEXT, "text/plain": _TEXT},
         }
     },
 )
-def import_session(request: HttpRequest) -> Status[dict[str, Any]]:
-    """A new session of the key's owner from an export (the body: its JSONL text). Every line
-    is validated before anything is stored; a bad one is a 422 naming its line and field."""
+def import_session(
+    request: HttpRequest,
+    format: Literal["ctxhub", "pydantic-ai", "claude-code", "codex"] | None = None,
+    name: str = "upload",
+) -> Status[dict[str, Any]]:
+    """Sessions of the key's owner from a file (the body), of the ``format`` named or, left
+    out, the one it is read as. An export (``ctxhub``) or a pydantic-ai message list is a new
+    session (a SessionOut), validated whole first: a bad line or message is a 422 naming it,
+    nothing stored. A transcript (``claude-code``, ``codex``) adds to the sessions read from
+    it before (the same file sent again adds only what was written since; its sub-agents are
+    sessions of their own) and answers with what it added; its unreadable lines are listed,
+    the rest is read. ``name``: what to call the file in the sessions' source."""
     key = need(request, "write")
-    try:
-        text = request.body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        message = f"body: not UTF-8 text (byte {exc.start}); nothing stored"
-        raise ApiError(422, "invalid", message, field="body") from None
-    return Status(201, _described(transfer.import_session(text, key.owner)))
+    report = import_upload(name[:200], request.body, key.owner, format)
+    if report.format not in Format.values:
+        return Status(201, _described(report.sessions[0]))
+    return Status(
+        201,
+        {
+            "format": report.format,
+            "sessions": [_described(session) for session in dict.fromkeys(report.sessions)],
+            "created": report.created,
+            "messages": report.messages,
+            "compactions": report.compactions,
+            "kept_lines": report.kept,
+            "skipped_lines": [{"line": line, "why": why} for line, why in report.broken],
+        },
+    )

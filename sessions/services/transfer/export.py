@@ -108,6 +108,8 @@ def export_lines(session: AgentSession) -> Iterator[str]:
                 "supersedes": ordinals["compaction"].get(c.supersedes_id or -1),
                 "started_at": _when(c.started_at),
                 "finished_at": _when(c.finished_at),
+                "trigger": c.trigger,
+                "usage": c.usage,
                 **_undoable(c),
             }
         )

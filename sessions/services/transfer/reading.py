@@ -386,10 +386,20 @@ def _compaction(parsed: ParsedExport, line: _Reader) -> None:
                 "supersedes": supersedes,
                 "started_at": line.time("started_at"),
                 "finished_at": line.time("finished_at"),
+                "trigger": _trigger(line),
+                "usage": line.value("usage", (dict,), "an object", optional=True) or {},
                 **_undo_fields(line),
             },
         )
     )
+
+
+def _trigger(line: _Reader) -> str:
+    """How an agent started its own compaction (an export written before there was one: none)."""
+    trigger = line.text("trigger", limit=8)
+    if trigger not in ("", "manual", "auto"):
+        line.fail("trigger", f"{trigger!r} is not manual or auto")
+    return trigger
 
 
 def _clear(parsed: ParsedExport, line: _Reader) -> None:

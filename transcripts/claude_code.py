@@ -124,8 +124,8 @@ class _Reader:
         named = isinstance(value.get("sessionId"), str)
         source = _source(value, self.routes) if named else self.key
         stream = self.reading.stream(source)
-        if source != self.key and not stream.parent:
-            stream.parent = str(value.get("sessionId"))
+        if named and source != value["sessionId"] and not stream.parent:
+            stream.parent = str(value["sessionId"])  # a sub-agent's line names its parent
         if kind in _CONVERSATION and isinstance(value.get("message"), dict):
             try:
                 self._conversation(stream, value, line)

@@ -68,12 +68,12 @@ def cached_part_tokens(part: Part, tokenizer: Tokenizer, sink: TokenSink | None 
     caller about to truncate that text need not tokenise it again.
     """
     values = part_cache(part)
-    key = ("tokens", tokenizer.encoding_name)
+    key = ("tokens", tokenizer.encoding_name, tokenizer.image_rule)
     cached = values.get(key)
     if cached is not None:
         return int(cached)
     pieces = part_pieces(part)
-    total = PART_OVERHEAD + media_tokens(part)
+    total = PART_OVERHEAD + media_tokens(part, tokenizer.image_rule)
     for number, piece in enumerate(pieces):
         if sink is not None and number == len(pieces) - 1 and len(piece) > 2_048:
             ids = tokenizer.encode(piece)

@@ -1,11 +1,15 @@
 """What an image costs in a request, from its size.
 
-Providers count an image by its pixels, not by the bytes that carry it. The estimate here is
-OpenAI's rule for an image at high detail (scaled to fit 2048 x 2048, then its shorter side to
-768; 170 tokens a 512-pixel tile, plus 85), read from the width and height in the image's own
-header (PNG, GIF, JPEG, WebP). Anthropic's rule (about one token per 750 pixels) gives figures
-of the same order. An image whose size cannot be read (a URL, a format not read here) counts
-as one low-detail image, 85 tokens.
+Providers count an image by its pixels, not by the bytes that carry it, each by its own rule,
+read here from the width and height in the image's header (PNG, GIF, JPEG, WebP):
+
+- ``tiles``, OpenAI's at high detail: scaled to fit 2048 x 2048, then its shorter side to 768;
+  170 tokens a 512-pixel tile, plus 85;
+- ``pixels``, Anthropic's: about one token per 750 pixels, the long edge scaled to 1568 at
+  most (and the other providers', counted approximately, are of that order).
+
+An image whose size cannot be read (a URL, a format not read here) counts as one low-detail
+image, 85 tokens.
 """
 
 from __future__ import annotations
@@ -33,10 +37,18 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def image_tokens(data: bytes) -> int:
+PIXELS_PER_TOKEN = 750
+LONG_EDGE = 1568
+
+
+def image_tokens(data: bytes, rule: str = "tiles") -> int:
+    """What an image costs by ``rule`` (``tiles`` or ``pixels``, see the module)."""
     size = image_size(data)
     if size is None:
         return LOW_DETAIL_TOKENS
+    if rule == "pixels":
+        scale = min(1.0, LONG_EDGE / max(size))
+        return math.ceil(size[0] * scale * size[1] * scale / PIXELS_PER_TOKEN)
     fit = min(1.0, 2048 / max(size))
     shorter = min(1.0, 768 / (min(size) * fit))
     scale = fit * shorter

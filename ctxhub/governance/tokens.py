@@ -153,6 +153,12 @@ class Tokenizer:
     encoding_name: str
     exact: bool
 
+    @property
+    def image_rule(self) -> str:
+        """How an image is counted (``images``): by OpenAI's tiles for the models whose
+        encoding is exact (OpenAI's own), by its pixels for the rest."""
+        return "tiles" if self.exact else "pixels"
+
     def count(self, text: str) -> int:
         """Tokens in ``text`` with this tokenizer."""
         return count_text(text, self.encoding_name)
@@ -305,9 +311,10 @@ def _item_text(item: object) -> str:
     return ""
 
 
-def media_tokens(part: ModelRequestPart | ModelResponsePart) -> int:
+def media_tokens(part: ModelRequestPart | ModelResponsePart, image_rule: str = "tiles") -> int:
     """What the media items a part carries (images, audio, files) cost: an image whose bytes
-    are at hand by its size (``images``), anything else as one low-detail image."""
+    are at hand by its size (``images``, by ``image_rule``), anything else as one low-detail
+    image."""
     match part:
         case UserPromptPart() if not isinstance(part.content, str):
             items: Sequence[object] = [
@@ -319,12 +326,12 @@ def media_tokens(part: ModelRequestPart | ModelResponsePart) -> int:
             items = [part.content]
         case _:
             return 0
-    return sum(_item_tokens(item) for item in items)
+    return sum(_item_tokens(item, image_rule) for item in items)
 
 
-def _item_tokens(item: object) -> int:
+def _item_tokens(item: object, image_rule: str) -> int:
     if isinstance(item, BinaryContent) and item.is_image:
-        return image_tokens(item.data)
+        return image_tokens(item.data, image_rule)
     return MEDIA_TOKENS
 
 

@@ -227,7 +227,7 @@ def _request_part(block: dict[str, Any], names: dict[str, str]) -> ModelRequestP
         return UserPromptPart(block["text"])
     if kind == "tool_result":
         call_id = block["tool_use_id"]  # checked with the message
-        content = _result_text(block.get("content"))
+        content = _result_content(block.get("content"))
         name = names.get(call_id, "tool")
         failed = block.get("is_error") is True
         return ToolReturnPart(
@@ -238,6 +238,31 @@ def _request_part(block: dict[str, Any], names: dict[str, str]) -> ModelRequestP
         if media is not None:
             return UserPromptPart([media])
     return UserPromptPart(_unknown(block))
+
+
+def _result_content(content: Any) -> str | list[Any]:
+    """A tool result's content: its text, and the images and documents in it as media (counted
+    by their size, not as the text of their base64)."""
+    if not isinstance(content, list):
+        return _result_text(content)
+    media = [
+        found
+        for block in content
+        if isinstance(block, dict) and block.get("type") in ("image", "document")
+        if (found := _media(block.get("source"), block["type"])) is not None
+        and not isinstance(found, str)
+    ]
+    if not media:
+        return _result_text(content)
+    texts = [block for block in content if not _is_media(block)]
+    return [_result_text(texts), *media] if texts else media
+
+
+def _is_media(block: Any) -> bool:
+    if not isinstance(block, dict) or block.get("type") not in ("image", "document"):
+        return False
+    found = _media(block.get("source"), block["type"])
+    return found is not None and not isinstance(found, str)
 
 
 def _result_text(content: Any) -> str:
@@ -348,6 +373,11 @@ def render(view: ModelMessage, stored: WireMessage | None, changed: frozenset[in
 def _rewritten(block: dict[str, Any], part: Any) -> dict[str, Any]:
     if block["type"] == "tool_result" and isinstance(part, ToolReturnPart | RetryPromptPart):
         text = part.model_response_str() if isinstance(part, ToolReturnPart) else _retry_text(part)
+        original = block.get("content")
+        kept = [item for item in original if _is_media(item)] if isinstance(original, list) else []
+        if kept and isinstance(part, ToolReturnPart) and part.files:
+            # Governance rewrote the text; the images and documents go as the client sent them.
+            return {**block, "content": [{"type": "text", "text": text}, *kept]}
         return {**block, "content": text}
     if (
         block["type"] == "text"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -195,9 +196,18 @@ def _jpeg(width: int, height: int) -> bytes:
     ],
 )
 def test_an_image_costs_what_its_size_does(data: bytes, tokens: int) -> None:
-    tokenizer = tokenizer_for(MODEL)
+    tokenizer = tokenizer_for(MODEL)  # an OpenAI model: its tiles
     part = UserPromptPart([BinaryContent(data, media_type="image/png")], timestamp=T0)
     assert cached_part_tokens(part, tokenizer) == 1 + tokens
     # A URL's image is not at hand: one low-detail image.
     url = UserPromptPart([ImageUrl("https://example.com/a.png")], timestamp=T0)
     assert cached_part_tokens(url, tokenizer) == 1 + 85
+
+
+def test_a_claude_image_costs_its_pixels() -> None:
+    # 2560 x 1600: the long edge to 1568 (1568 x 980), one token per 750 pixels.
+    part = UserPromptPart([BinaryContent(_png(2560, 1600), media_type="image/png")], timestamp=T0)
+    claude = tokenizer_for("anthropic:claude-sonnet-4-5")
+    assert cached_part_tokens(part, claude) == 1 + math.ceil(1568 * 980 / 750)
+    # The same part counted for an OpenAI model is counted again, by its tiles.
+    assert cached_part_tokens(part, tokenizer_for(MODEL)) == 1 + 85 + 170 * 6

@@ -3,7 +3,9 @@ governance leaves a message alone, every block type has a view, errors name thei
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 from pathlib import Path
 
 import anthropic
@@ -22,6 +24,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from ctxhub.governance.counting import cached_part_tokens
+from ctxhub.governance.tokens import tokenizer_for
 from gateway import chain
 from gateway.wire import BodyError
 from gateway.wire import anthropic as wire
@@ -94,6 +98,47 @@ def test_a_rewritten_result_changes_that_block_alone() -> None:
     assert written["content"][0] == {**original["content"][0], "content": "[masked]"}
     assert list(written["content"][0]) == list(original["content"][0])  # key order kept
     assert written["content"][1:] == original["content"][1:]
+
+
+def _png(width: int, height: int) -> str:
+    ihdr = struct.pack(">II", width, height) + bytes([8, 6, 0, 0, 0])
+    head = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + b"\0" * 4
+    return base64.b64encode(head + b"\0" * 3000).decode()
+
+
+def test_an_image_in_a_tool_result_is_media_and_survives_a_rewrite_of_its_text() -> None:
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": _png(1280, 720)},
+    }
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_9",
+        "content": [{"type": "text", "text": "the screen:"}, image],
+    }
+    message = {"role": "user", "content": [result]}
+    raw = json.dumps(message)
+
+    view = wire.message_view(raw, message, "messages[0]", {"toolu_9": "Screenshot"})
+
+    assert isinstance(view, ModelRequest)
+    [part] = view.parts
+    assert isinstance(part, ToolReturnPart)
+    assert part.tool_name == "Screenshot"
+    assert part.model_response_str() == "the screen:"
+    [media] = part.files
+    assert isinstance(media, BinaryContent)
+    # Counted by its size (1280 x 720: 1,229 tokens of 750 pixels), not as its base64.
+    tokenizer = tokenizer_for("anthropic:claude-sonnet-4-5")
+    words = tokenizer.count("Screenshot") + tokenizer.count("the screen:")
+    assert cached_part_tokens(part, tokenizer) == 1 + words + 1229
+
+    stored = wire.WireMessage(raw, message, view)
+    masked = ModelRequest(
+        parts=[ToolReturnPart("Screenshot", ["[masked]", media], tool_call_id="toolu_9")]
+    )
+    written = json.loads(wire.render(masked, stored, frozenset({0})))
+    assert written["content"][0]["content"] == [{"type": "text", "text": "[masked]"}, image]
 
 
 def test_a_message_governance_added_is_written_from_its_parts() -> None:

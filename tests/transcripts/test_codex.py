@@ -11,9 +11,11 @@ import pytest
 from django.core.management import call_command
 from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
 
+from ctxhub.governance import Policy
 from sessions.models import Compaction, Message
 from tests.transcripts.fixtures.codex import Manifest, SessionManifest, write_sessions
 from transcripts.models import KeptLine, Transcript, TranscriptFile
+from transcripts.whatif import CALIBRATION_REQUESTS, replay
 
 pytestmark = pytest.mark.django_db
 
@@ -151,3 +153,20 @@ def test_importing_again_adds_nothing_and_a_grown_rollout_adds_its_new_lines(
     last = _log(rollouts.main)[-1]
     assert isinstance(last, ModelRequest)
     assert last.parts[0].content == "one more"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_calibrated_on_ten_responses_the_rest_are_predicted_within_three_percent(
+    tmp_path: Path, alice: Any, seed: int
+) -> None:
+    rollouts = write_sessions(tmp_path / "sessions", seed=seed, turns=60)
+    _import(rollouts.root, alice)
+    session = Transcript.objects.get(source=rollouts.main.id).session
+
+    result = replay(session, Policy())
+
+    assert result.calibration is not None
+    later = result.rows[CALIBRATION_REQUESTS:]
+    assert len(later) == rollouts.main.response_count - CALIBRATION_REQUESTS
+    for row in later:
+        assert abs(row.predicted - row.agent.input) <= 0.03 * row.agent.input, row

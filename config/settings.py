@@ -267,6 +267,18 @@ CTXHUB_GATEWAY_TIMEOUT_SECONDS = env_int("CTXHUB_GATEWAY_TIMEOUT_SECONDS", 600, 
 # arrays), so a client's next request costs what it adds to read: at most this many MB of
 # text (0: none remembered, every body read whole).
 CTXHUB_GATEWAY_READ_MEMORY_MB = env_int("CTXHUB_GATEWAY_READ_MEMORY_MB", 64, minimum=0)
+# Transcripts followed by the web process as their agents write them (folders or files,
+# separated by ":"; e.g. ~/.claude/projects:~/.codex/sessions), into the sessions of the user
+# CTXHUB_FOLLOW_OWNER. For the embedded default, whose channel layer reaches only the pages of
+# its own process; with Redis, `manage.py import_transcripts PATH --owner USER --follow` can
+# run as a process of its own instead.
+CTXHUB_FOLLOW = [
+    Path(item).expanduser() for item in env_str("CTXHUB_FOLLOW").split(":") if item.strip()
+]
+CTXHUB_FOLLOW_OWNER = env_str("CTXHUB_FOLLOW_OWNER")
+if CTXHUB_FOLLOW and not CTXHUB_FOLLOW_OWNER:
+    raise ImproperlyConfigured("CTXHUB_FOLLOW needs CTXHUB_FOLLOW_OWNER: the user to import for")
+
 # The provider API keys the gateway holds for its users (stored on the API keys page, sent
 # upstream for a client that authenticates with its ctxhub key alone) are encrypted at rest
 # with this Fernet key (make one: python -c "from cryptography.fernet import Fernet;

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
 from transcripts.importing import FileImport, import_file, transcript_files
@@ -88,9 +90,27 @@ class Follower:
             stop.wait(POLL_SECONDS)
 
 
-def follow_in_background(paths: Sequence[Path], owner: Any) -> threading.Event:
-    """Starts following in a daemon thread of this process; set the event to stop it."""
-    stop = threading.Event()
-    follower = Follower(paths, owner)
-    threading.Thread(target=follower.run, args=(stop,), name="transcripts", daemon=True).start()
-    return stop
+_started = threading.Lock()
+_following: threading.Thread | None = None
+
+
+def follow_from_settings(**kwargs: Any) -> None:
+    """Follows ``CTXHUB_FOLLOW`` for ``CTXHUB_FOLLOW_OWNER`` in a daemon thread of this
+    process, once (connected to ``request_started`` when set)."""
+    global _following
+    with _started:
+        if _following is not None:
+            return
+        owner = get_user_model().objects.filter(username=settings.CTXHUB_FOLLOW_OWNER).first()
+        if owner is None:
+            log.error(
+                "CTXHUB_FOLLOW_OWNER %r is no user: nothing followed", settings.CTXHUB_FOLLOW_OWNER
+            )
+            _following = threading.Thread()  # tried: not again on every request
+            return
+        follower = Follower(settings.CTXHUB_FOLLOW, owner)
+        _following = threading.Thread(
+            target=follower.run, args=(threading.Event(),), name="transcripts", daemon=True
+        )
+        _following.start()
+        log.info("following %s for %s", ", ".join(map(str, settings.CTXHUB_FOLLOW)), owner)

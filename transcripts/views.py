@@ -82,6 +82,8 @@ def session_what_if(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse
             "ours": result.side("ctxhub"),
             "output": result.output,
             "saved_percent": abs(share) * 100 if share is not None else None,
+            # Under a twentieth of a percent either way is the calibration's noise, not money.
+            "same_money": share is not None and abs(share) < 0.0005,
             "later": later,
             "error_median": _percent(result.error_median),
             "error_max": _percent(result.error_max),

@@ -21,7 +21,7 @@ start_services "$work/services"
 # Lint, types and the smoke run go beside the main run, which spends much of its time waiting
 # for servers, workers and browsers; their output follows it.
 say "lint and types, and the smoke run on the embedded default (SQLite, in-memory layer, eager jobs), beside the suite"
-(.venv/bin/ruff check . && .venv/bin/mypy ctxhub config sessions gateway) >"$work/lint.log" 2>&1 &
+(.venv/bin/ruff check . && .venv/bin/mypy ctxhub config sessions gateway transcripts) >"$work/lint.log" 2>&1 &
 lint=$!
 env -u DATABASE_URL -u REDIS_URL CTXHUB_DATA_DIR="$work/embedded" \
   .venv/bin/pytest -m smoke -p no:cacheprovider -q >"$work/smoke.log" 2>&1 &

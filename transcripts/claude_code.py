@@ -43,6 +43,7 @@ from transcripts.reading import (
     Said,
     Stream,
     Titled,
+    checked_usage,
     opening,
     parsed_line,
     timestamp,
@@ -180,6 +181,10 @@ class _Reader:
     def _response(self, stream: Stream, message: dict[str, Any], line: Line, at: Any) -> None:
         # Checked as a message of its own, so that a bad block names its line.
         wire.message_view("", message, f"line {line.number}: message", self.names)
+        usage = message.get("usage")
+        checked_usage(usage, f"line {line.number}: message.usage")
+        cache = usage.get("cache_creation") if isinstance(usage, dict) else None
+        checked_usage(cache, f"line {line.number}: message.usage.cache_creation")
         content = message["content"]
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         ident = message.get("id")
@@ -197,7 +202,6 @@ class _Reader:
                 stream.model = f"anthropic:{model}"
         current.blocks.extend(blocks)
         current.said.lines.append(line.number)
-        usage = message.get("usage")
         total = _total(usage)
         if total >= current.total:
             current.total = total

@@ -36,6 +36,7 @@ from transcripts.reading import (
     Reading,
     Said,
     Stream,
+    checked_usage,
     opening,
     parsed_line,
     timestamp,
@@ -224,6 +225,8 @@ class _Reader:
         total, last = info.get("total_token_usage"), info.get("last_token_usage")
         if not isinstance(total, dict) or not isinstance(last, dict):
             return
+        checked_usage(total, f"line {line.number}: payload.info.total_token_usage")
+        checked_usage(last, f"line {line.number}: payload.info.last_token_usage")
         grand = _count(total.get("total_tokens")) or sum(
             _count(total.get(name)) for name in ("input_tokens", "output_tokens")
         )

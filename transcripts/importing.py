@@ -224,6 +224,9 @@ def _new_transcript(known: TranscriptFile, stream: Stream, owner: Any) -> Transc
         title=(stream.title or _untitled(known.format, stream.source))[:200],
         model=stream.model or READERS[known.format].DEFAULT_MODEL,
     )
+    began = next((unit.at for unit in stream.units if isinstance(unit, Said) and unit.at), None)
+    if began is not None:  # the session is as old as the agent's, not as its import
+        AgentSession.objects.filter(pk=session.pk).update(created_at=began)
     parent = None
     if stream.parent:
         parent = (

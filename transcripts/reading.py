@@ -20,6 +20,8 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.usage import RequestUsage
 
+from gateway.wire import BodyError
+
 MAX_LINE_BYTES = 64 * 2**20
 """A longer line is reported, not read: no agent writes one (Claude Code's largest, a tool
 result with images, are a few MB)."""
@@ -152,6 +154,25 @@ def parsed_line(line: Line) -> dict[str, Any] | str:
     if not isinstance(value, dict):
         return "not a JSON object"
     return value
+
+
+MAX_TOKENS = 100_000_000
+"""More tokens than any request has carried: a usage figure above it is not one (and would not
+fit the columns that keep it)."""
+
+
+def checked_usage(usage: Any, field: str) -> None:
+    """BodyError (naming ``field``) when a usage's counts are not whole numbers of tokens a
+    request could have."""
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        raise BodyError(field, "must be an object")
+    for name, value in usage.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            continue  # a figure this reader does not use (service_tier, a nested breakdown)
+        if not 0 <= value <= MAX_TOKENS:
+            raise BodyError(f"{field}.{name}", f"{value} is not a count of tokens")
 
 
 def digest(data: bytes) -> str:

@@ -120,3 +120,40 @@ def test_a_read_key_cannot_import(alice: Any) -> None:
     key = create_key(alice, name="r", scopes=["read"])[1]
     assert _post(key, lines.prompt("u1", None, 0, "hi").encode()).status_code == 403
     assert AgentSession.objects.count() == 0
+
+
+def test_a_line_a_buggy_agent_wrote_is_reported_and_the_rest_read(alice: Any) -> None:
+    huge = lines.usage(0, 10**20, 5)
+    nested = (
+        '{"type":"user","sessionId":"'
+        + lines.SESSION
+        + '","message":'
+        + "[" * 5000
+        + "]" * 5000
+        + "}\n"
+    )
+    body = (
+        lines.prompt("u1", None, 0, "Check the \\ud800 escape and a \x00-free line")
+        + lines.answer("a1", "u1", 2, "m1", lines.text("A huge usage."), huge)
+        + nested
+        + '{"type":"user","sessionId":"'
+        + lines.SESSION
+        + '","message":{"role":"user","content":7}}\n'
+        + lines.prompt("u2", "u1", 9, "Still here")
+    ).encode()
+    key = create_key(alice, name="w", scopes=ALL)[1]
+
+    response = _post(key, body, "?format=claude-code")
+
+    assert response.status_code == 201, response.content
+    answer = response.json()
+    assert answer["messages"] == 2
+    skipped = {item["line"]: item["why"] for item in answer["skipped_lines"]}
+    assert set(skipped) == {2, 3, 4}
+    assert "message.usage.cache_creation_input_tokens" in skipped[2]
+    assert "nested too deep" in skipped[3] or "not JSON" in skipped[3]
+    assert "message.content" in skipped[4]
+    session = AgentSession.objects.get()
+    page = Client()
+    page.force_login(alice)
+    assert page.get(session.get_absolute_url()).status_code == 200

@@ -3,6 +3,7 @@ accounted for against the fixture's manifest (written as the files were, never r
 
 from __future__ import annotations
 
+from datetime import datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,10 @@ def test_every_message_usage_figure_compaction_and_sub_agent_is_accounted_for(
         # Lines with no message kept; the unreadable one reported by its number.
         kept = set(KeptLine.objects.filter(session=session).values_list("line", "kind"))
         assert {(u.line, u.type) for u in expected.unknown_lines} <= kept
+
+        # When the agent began, not when it was imported.
+        session.refresh_from_db()
+        assert session.created_at == datetime.fromisoformat(expected.first_timestamp)
 
         if expected.layout == "main":
             file = TranscriptFile.objects.get(key=expected.session_id)

@@ -31,12 +31,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.cache import cache
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance import Governor, Policy
-from ctxhub.governance.counting import message_tokens
 from ctxhub.governance.facts import MessageFacts
-from ctxhub.governance.tokens import Tokenizer, tokenizer_for
+from ctxhub.governance.tokens import tokenizer_for
 from ctxhub.pricing import PRICES_VERSION, TokenUsage, model_ref, price
 from sessions.models import AgentSession, Compaction
 from sessions.payloads import message_from_payload
@@ -158,18 +157,19 @@ def replay(
     compacting itself behind the gateway."""
     result = WhatIf(str(session.pk), policy.overrides(), keep_agent_compactions)
     rows = list(
-        session.messages.order_by("seq").values_list("seq", "kind", "payload", "facts", "tokens")
+        session.messages.order_by("seq").values_list(
+            "seq", "kind", "payload", "facts", "tokens", "encoding"
+        )
     )
     if not rows:
         result.problem = "the session holds no messages"
         return result
     encoding = tokenizer_for(session.model).encoding_name
-    stored_facts = [facts for _, _, _, facts, _ in rows]
     facts: list[MessageFacts] | None = None
-    if all(isinstance(f, dict) and f.get("encoding", encoding) == encoding for f in stored_facts):
-        facts = [MessageFacts.from_json(f) for f in stored_facts]
-    messages = [message_from_payload(payload) for _, _, payload, _, _ in rows]
-    tokens = [count for *_, count in rows]
+    if all(isinstance(row[3], dict) and row[5] == encoding for row in rows):
+        facts = [MessageFacts.from_json(row[3]) for row in rows]  # as stored: nothing counted
+    messages = [message_from_payload(row[2]) for row in rows]
+    tokens = [row[4] for row in rows]
     agents = list(
         Compaction.objects.filter(
             session=session, undone_at__isnull=True, summarizer__in=Format.values
@@ -191,11 +191,7 @@ def replay(
     governor = Governor(policy, model=session.model)
     window = session_window(session)
     anthropic = (model_ref(session.model)[0] or "") == "anthropic"
-    previous: list[bytes] = []
     previous_at: datetime | None = None
-    sent_json: dict[int, tuple[ModelMessage, bytes]] = {}
-    sent_tokens: dict[int, tuple[ModelMessage, int]] = {}
-    tokenizer = tokenizer_for(session.model)
     heads = _heads(agents, messages, facts, encoding) if keep_agent_compactions else {}
     for number, request in enumerate(requests, 1):
         end = request.seq
@@ -209,14 +205,8 @@ def replay(
             else:
                 known = None
         governed = governor.govern(history, facts=known, context_window_tokens=window)
-        sent = [_json(message, sent_json) for message in governed.messages]
-        same = 0
-        while same < min(len(sent), len(previous)) and sent[same] == previous[same]:
-            same += 1
-        counts = [_tokens(message, sent_tokens, tokenizer) for message in governed.messages]
-        prefix = sum(counts[:same])
-        sent_json = {id(m): (m, b) for m, b in zip(governed.messages, sent, strict=True)}
-        sent_tokens = {id(m): (m, c) for m, c in zip(governed.messages, counts, strict=True)}
+        # The leading messages sent as the previous request sent them: the cacheable prefix.
+        prefix = governed.prefix_tokens or 0
         ours = calibration.tokens(governed.tokens_after + governed.tool_definition_tokens)
         cached = number > 1 and _cache_alive(request, previous_at)
         read = min(calibration.tokens(prefix), ours) if cached else 0
@@ -244,7 +234,7 @@ def replay(
                 ctxhub_acted=governed.acted or "" if number > 1 else "",
             )
         )
-        previous, previous_at = sent, request.at
+        previous_at = request.at
     return result
 
 
@@ -285,7 +275,7 @@ def _requests(
     pending = ""
     upcoming = iter(compactions)
     following = next(upcoming, None)
-    for (seq, kind, payload, _, _), message in zip(rows, messages, strict=True):
+    for (seq, kind, payload, *_), message in zip(rows, messages, strict=True):
         while following is not None and following[0] < seq:
             latest, pending = following, following[2] or "yes"
             following = next(upcoming, None)
@@ -377,20 +367,3 @@ def _heads(
                 written_facts = None
         heads[compaction.last_seq] = (written, written_facts)
     return heads
-
-
-def _tokens(
-    message: ModelMessage, known: dict[int, tuple[ModelMessage, int]], tokenizer: Tokenizer
-) -> int:
-    seen = known.get(id(message))
-    if seen is not None and seen[0] is message:
-        return seen[1]
-    return message_tokens(message, tokenizer)
-
-
-def _json(message: ModelMessage, known: dict[int, tuple[ModelMessage, bytes]]) -> bytes:
-    """A sent message's JSON, for comparing requests (the previous request's, reused)."""
-    seen = known.get(id(message))
-    if seen is not None and seen[0] is message:
-        return seen[1]
-    return ModelMessagesTypeAdapter.dump_json([message])

@@ -17,9 +17,10 @@ What this reader makes of the rest:
   ``isSidechain`` with the sub-agent's ``agentId``, in the parent's file (older versions), in
   ``agent-<agentId>.jsonl`` beside it, or in ``<session>/subagents/``; the ``sessionId`` is the
   parent's in all three. Each is a session of its own here, linked to its parent's.
-- **Every other line** (``summary``, which titles the session; ``file-history-snapshot``,
+- **Every other line** (``summary``, which titles the conversation ending with its
+  ``leafUuid``, when that is in the file; ``file-history-snapshot``,
   ``queue-operation``, ``system`` lines that are not compactions, and types newer than this
-  reader) is kept as it was; the summary also names the session.
+  reader) is kept as it was.
 
 The lines are threaded by ``parentUuid``; they are read here in the order they were written,
 which is the conversation's but for a rewind (a branch the agent abandoned is read as if it
@@ -113,6 +114,10 @@ class _Reader:
     """By stream: its response whose lines may not all have been read."""
     boundary: dict[str, Compacted] = field(default_factory=dict)
     """By stream: a compaction whose summary line has not come yet."""
+    summaries: list[tuple[int, str, str]] = field(default_factory=list)
+    """The ``summary`` lines: line, the message they sum up to (``leafUuid``), the summary."""
+    said: dict[str, str] = field(default_factory=dict)
+    """The stream of each conversation line read, by its uuid."""
     last: dict[str, tuple[str, int]] = field(default_factory=dict)
     """By stream: the type of its last line of the conversation, and where that line ended."""
 
@@ -128,6 +133,8 @@ class _Reader:
         if named and source != value["sessionId"] and not stream.parent:
             stream.parent = str(value["sessionId"])  # a sub-agent's line names its parent
         if kind in _CONVERSATION and isinstance(value.get("message"), dict):
+            if isinstance(value.get("uuid"), str):
+                self.said[value["uuid"]] = stream.source
             try:
                 self._conversation(stream, value, line)
             except BodyError as error:
@@ -148,7 +155,7 @@ class _Reader:
             self.last[stream.source] = ("boundary", line.number)
             return
         if kind == "summary" and isinstance(value.get("summary"), str):
-            self.reading.stream(self.key).units.append(Titled(line.number, value["summary"][:200]))
+            self.summaries.append((line.number, str(value.get("leafUuid")), value["summary"]))
         stream.units.append(Kept(line.number, str(kind)[:100], line.text))
 
     def _conversation(self, stream: Stream, value: dict[str, Any], line: Line) -> None:
@@ -224,6 +231,11 @@ class _Reader:
         """Where the next read must start: before the first group that may still grow (a
         response whose last line may not be written yet, a compaction without its summary),
         unless the file is done."""
+        for line, leaf, summary in self.summaries:
+            # Claude Code names a conversation by its last message; a summary of another
+            # session's (one it resumed from) titles nothing here.
+            if leaf in self.said:
+                self.reading.stream(self.said[leaf]).units.append(Titled(line, summary[:200]))
         for response in self.responses:
             view = wire.response_view(response.blocks, response.head)
             view.timestamp = response.said.at or view.timestamp

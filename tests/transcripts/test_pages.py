@@ -98,3 +98,12 @@ def test_nobody_else_sees_a_users_transcripts(alice: Any, bob: Any) -> None:
     assert TranscriptFile.objects.filter(key=lines.SESSION).count() == 2
     assert AgentSession.objects.filter(owner=bob).count() == 1
     assert Client().get("/imports/").status_code == 302  # logged out: the login page
+
+
+def test_a_summary_of_another_conversation_titles_nothing(alice: Any) -> None:
+    other = '{"type":"summary","summary":"Some older session","leafUuid":"elsewhere"}\n'
+    body = (other + lines.prompt("u1", None, 0, "Fix the cart")).encode()
+
+    _client(alice).post("/imports/", {"file": [SimpleUploadedFile("s.jsonl", body)]})
+
+    assert Transcript.objects.get(source=lines.SESSION).session.title == "Fix the cart"

@@ -127,31 +127,56 @@ break every page and answer of its session, so it is refused at the edge instead
 def bad_text(data: Any, path: str = "", *, storing: bool = True) -> tuple[str, str] | None:
     """The path of the first string (or key) holding such a character, or of the first value
     nested deeper than ``MAX_DEPTH``, and what is wrong; NUL characters only when ``storing``.
-    Walked with a stack, not recursion: any depth is answered, not a crash."""
+    Walked with a stack, not recursion: any depth is answered, not a crash. (A node's path is
+    spelled out only when something is wrong there: most payloads have nothing to name.)"""
     pattern = _UNSTORABLE if storing else _NOT_TEXT
-    pending: list[tuple[Any, str, int, Any]] = [(data, path, 0, None)]
+    root = _Node(data, None, None, 0)
+    pending = [root]
     while pending:
-        value, here, depth, key = pending.pop()
+        node = pending.pop()
+        value, key = node.value, node.key
         if isinstance(key, str) and (found := pattern.search(key)):
-            return here, _problem(found.group())
+            return node.path(path), _problem(found.group())
         if isinstance(value, str):
             found = pattern.search(value)
             if found is not None:
-                return here, _problem(found.group())
+                return node.path(path), _problem(found.group())
             continue
         if isinstance(value, dict):
-            items = list(value.items())
+            items: Any = value.items()
         elif isinstance(value, list):
-            items = list(enumerate(value))
+            items = enumerate(value)
         else:
             continue
-        if depth >= MAX_DEPTH:
-            outer = ".".join(here.split(".")[:6])  # where it starts; the rest is a long chain
+        if node.depth >= MAX_DEPTH:
+            outer = ".".join(node.path(path).split(".")[:6])  # where it starts: a long chain
             return outer, f"nests deeper than {MAX_DEPTH} levels, more than can be stored"
         # Reversed onto the stack: the first problem in document order is the one named.
-        for inner_key, inner in reversed(items):
-            pending.append((inner, f"{here}.{inner_key}".lstrip("."), depth + 1, inner_key))
+        depth = node.depth + 1
+        pending.extend(
+            reversed([_Node(inner, node, inner_key, depth) for inner_key, inner in items])
+        )
     return None
+
+
+class _Node:
+    """A value met in ``bad_text``'s walk, with the way to it."""
+
+    __slots__ = ("depth", "key", "parent", "value")
+
+    def __init__(self, value: Any, parent: _Node | None, key: Any, depth: int) -> None:
+        self.value, self.parent, self.key, self.depth = value, parent, key, depth
+
+    def path(self, root: str) -> str:
+        keys = []
+        node: _Node | None = self
+        while node is not None and node.parent is not None:
+            keys.append(node.key)
+            node = node.parent
+        here = root
+        for key in reversed(keys):
+            here = f"{here}.{key}".lstrip(".")
+        return here
 
 
 def _problem(character: str) -> str:

@@ -55,6 +55,11 @@ class TranscriptFile(models.Model):
     def __str__(self) -> str:
         return f"{self.format} {self.key}"
 
+    @property
+    def short_path(self) -> str:
+        """Its name and the folder it is in: what tells transcripts apart in a list."""
+        return "/".join(self.path.replace("\\", "/").split("/")[-2:])
+
 
 class Transcript(models.Model):
     """A session read from a transcript: the file it is in, the agent's id for it, and the

@@ -172,11 +172,7 @@ class _Reader:
             return
         if not isinstance(view, ModelRequest):  # a user line is the user's
             raise BodyError(f"{field_name}.role", "must be user on a user line")
-        last = stream.units[-1] if stream.units else None
-        if _returns_only(view) and isinstance(last, Said) and _returns_only(last.view):
-            # The results of one response's calls, a line each: one request, as sent.
-            last.view.parts = [*last.view.parts, *view.parts]
-            last.lines.append(line.number)
+        if stream.joined_results(view, line.number):
             self.last[stream.source] = ("user", line.number)
             return
         view.timestamp = at or view.timestamp
@@ -247,14 +243,6 @@ class _Reader:
             return
         starts = [line for kind, line in self.last.values() if kind in ("assistant", "boundary")]
         self.reading.hold = min(starts) if starts else None
-
-
-def _returns_only(view: ModelMessage) -> bool:
-    return (
-        isinstance(view, ModelRequest)
-        and bool(view.parts)
-        and all(part.part_kind == "tool-return" for part in view.parts)
-    )
 
 
 def _total(usage: Any) -> int:

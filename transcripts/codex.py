@@ -199,11 +199,7 @@ class _Reader:
         self.response = None
         if isinstance(view, ModelResponse):  # an item of the model's this reader cannot place
             view = ModelRequest(parts=[])
-        last = self.stream.units[-1] if self.stream.units else None
-        if kind in _RETURNS and isinstance(last, Said) and _returns_only(last.view):
-            # The outputs of one response's calls are one request, as the model got them.
-            last.view.parts = [*last.view.parts, *view.parts]
-            last.lines.append(line.number)
+        if kind in _RETURNS and self.stream.joined_results(view, line.number):
             return
         view.timestamp = at or view.timestamp
         self.stream.units.append(Said(view, [line.number], at))
@@ -265,14 +261,6 @@ class _Reader:
         if self.unpriced is not None and not self.after_unpriced:
             waiting.append(self.unpriced.lines[0])
         self.reading.hold = min(waiting) if waiting else None
-
-
-def _returns_only(view: Any) -> bool:
-    return (
-        isinstance(view, ModelRequest)
-        and bool(view.parts)
-        and all(part.part_kind == "tool-return" for part in view.parts)
-    )
 
 
 def usage(counts: dict[str, Any]) -> RequestUsage:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.usage import RequestUsage
 
 from gateway.wire import BodyError
@@ -106,6 +106,24 @@ class Stream:
     """The first prompt's opening words."""
     cwd: str = ""
     units: list[Unit] = field(default_factory=list)
+
+    def joined_results(self, view: ModelMessage, line: int) -> bool:
+        """Whether ``view`` (tool results) joined the results just before it: the results of
+        one response's calls, written a line each, are one request, as the model got them."""
+        last = self.units[-1] if self.units else None
+        if not (isinstance(last, Said) and _results_only(view) and _results_only(last.view)):
+            return False
+        last.view.parts = [*last.view.parts, *view.parts]
+        last.lines.append(line)
+        return True
+
+
+def _results_only(view: ModelMessage) -> bool:
+    return (
+        isinstance(view, ModelRequest)
+        and bool(view.parts)
+        and all(part.part_kind == "tool-return" for part in view.parts)
+    )
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ctxhub.governance import Policy
+from gateway.wire import storable_text
 from sessions import services
 from sessions.access import visible_session
 from sessions.http import AuthenticatedHttpRequest
@@ -50,7 +51,7 @@ def upload(request: AuthenticatedHttpRequest) -> list[FileImport]:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     reports = []
     for item in uploads:
-        name = (item.name or "upload")[:200]
+        name = storable_text(item.name or "upload")[:200]
         if item.size is not None and item.size > limit:
             reports.append(FileImport(name, problem=f"over the {limit:,}-byte limit"))
             continue

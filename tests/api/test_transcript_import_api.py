@@ -116,6 +116,16 @@ def test_bad_input_is_refused_by_field_and_stores_nothing(
     assert TranscriptFile.objects.count() == 0
 
 
+def test_a_name_with_a_nul_is_stored_without_it(alice: Any) -> None:
+    key = create_key(alice, name="w", scopes=ALL)[1]
+    body = lines.prompt("u1", None, 0, "hi").encode()
+
+    response = _post(key, body, "?format=claude-code&name=a%00b.jsonl")
+
+    assert response.status_code == 201
+    assert TranscriptFile.objects.get().path == "a\ufffdb.jsonl"
+
+
 def test_a_read_key_cannot_import(alice: Any) -> None:
     key = create_key(alice, name="r", scopes=["read"])[1]
     assert _post(key, lines.prompt("u1", None, 0, "hi").encode()).status_code == 403

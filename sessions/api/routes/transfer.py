@@ -9,6 +9,7 @@ from uuid import UUID
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Router, Status
 
+from gateway.wire import storable_text
 from sessions.api.access import need, owned_session
 from sessions.api.routes.sessions import _described
 from sessions.api.schemas import ERRORS, SessionOut, TranscriptImportOut
@@ -82,7 +83,8 @@ def import_session(
     sessions of their own) and answers with what it added; its unreadable lines are listed,
     the rest is read. ``name``: what to call the file in the sessions' source."""
     key = need(request, "write")
-    report = import_upload(name[:200], request.body, key.owner, format)
+    # A label only, but stored: no NUL (nor half a surrogate pair) reaches the database.
+    report = import_upload(storable_text(name)[:200], request.body, key.owner, format)
     if report.format not in Format.values:
         return Status(201, _described(report.sessions[0]))
     return Status(

@@ -58,7 +58,7 @@ those bytes there, or it is another file (rewritten, not grown)."""
 
 
 class NotATranscript(Exception):
-    """The file is none of the formats this hub reads, or not the one asked for."""
+    """The file is none of the formats this hub reads."""
 
 
 @dataclass
@@ -195,7 +195,7 @@ def _write(reading: Reading, known: TranscriptFile, owner: Any, report: FileImpo
         transcript = Transcript.objects.filter(file=known, source=stream.source[:200]).first()
         if transcript is None:
             talked = any(isinstance(unit, Said | Compacted) for unit in units)
-            if not talked and stream.source != reading_key(reading):
+            if not talked and stream.source != _own_source(reading):
                 continue  # a sub-agent with nothing of its conversation yet: made when there is
             transcript = _new_transcript(known, stream, owner)
             report.created += 1
@@ -209,7 +209,7 @@ def _write(reading: Reading, known: TranscriptFile, owner: Any, report: FileImpo
             AgentSession.objects.filter(pk=session.pk).update(title=stream.title[:200])
 
 
-def reading_key(reading: Reading) -> str:
+def _own_source(reading: Reading) -> str:
     """The source of the file's own session: the first stream (``read`` makes it first)."""
     return next(iter(reading.streams))
 

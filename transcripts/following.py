@@ -69,8 +69,11 @@ class Follower:
             quiet = seen is not None and seen.held and now - seen.changed >= QUIET_SECONDS
             if not changed and not quiet:
                 continue
-            report = import_file(path, self.owner, final=quiet and not changed)
-            held = not report.problem and report.end < stat.st_size
+            final = quiet and not changed
+            report = import_file(path, self.owner, final=final)
+            # Read to its end but for a line with no newline yet, or for a group that may still
+            # grow: looked at again once quiet (a final read is not tried twice).
+            held = not final and not report.problem and report.end < stat.st_size
             last_change = now if changed or seen is None else seen.changed
             self._seen[path] = _Seen(stat.st_size, stat.st_mtime, last_change, held)
             if report.added or report.problem:

@@ -177,8 +177,10 @@ class _Reader:
             return
         view.timestamp = at or view.timestamp
         stream.units.append(Said(view, [line.number], at))
-        if not stream.title:
-            stream.title = opening(_prompt(view))
+        prompt = _prompt(view)
+        # Not a title: a note Claude Code injected (isMeta), a slash command's markup.
+        if not stream.title and value.get("isMeta") is not True and not prompt.startswith("<"):
+            stream.title = opening(prompt)
         self.last[stream.source] = ("user", line.number)
 
     def _response(self, stream: Stream, message: dict[str, Any], line: Line, at: Any) -> None:

@@ -245,24 +245,20 @@ def _result_content(content: Any) -> str | list[Any]:
     by their size, not as the text of their base64)."""
     if not isinstance(content, list):
         return _result_text(content)
-    media = [
-        found
-        for block in content
-        if isinstance(block, dict) and block.get("type") in ("image", "document")
-        if (found := _media(block.get("source"), block["type"])) is not None
-        and not isinstance(found, str)
-    ]
+    read = [(block, _block_media(block)) for block in content]
+    media = [found for _, found in read if found is not None]
     if not media:
         return _result_text(content)
-    texts = [block for block in content if not _is_media(block)]
+    texts = [block for block, found in read if found is None]
     return [_result_text(texts), *media] if texts else media
 
 
-def _is_media(block: Any) -> bool:
+def _block_media(block: Any) -> UserContent | None:
+    """The image or document a content block carries, as media; None for any other block."""
     if not isinstance(block, dict) or block.get("type") not in ("image", "document"):
-        return False
+        return None
     found = _media(block.get("source"), block["type"])
-    return found is not None and not isinstance(found, str)
+    return None if isinstance(found, str) else found
 
 
 def _result_text(content: Any) -> str:
@@ -374,7 +370,8 @@ def _rewritten(block: dict[str, Any], part: Any) -> dict[str, Any]:
     if block["type"] == "tool_result" and isinstance(part, ToolReturnPart | RetryPromptPart):
         text = part.model_response_str() if isinstance(part, ToolReturnPart) else _retry_text(part)
         original = block.get("content")
-        kept = [item for item in original if _is_media(item)] if isinstance(original, list) else []
+        listed = original if isinstance(original, list) else []
+        kept = [item for item in listed if _block_media(item) is not None]
         if kept and isinstance(part, ToolReturnPart) and part.files:
             # Governance rewrote the text; the images and documents go as the client sent them.
             return {**block, "content": [{"type": "text", "text": text}, *kept]}

@@ -53,7 +53,7 @@ def upload_format(data: bytes) -> str:
                 ) from None
         raise Invalid(
             "not a file this hub reads (name it with format=): a ctxhub export, a pydantic-ai "
-            "message list (JSON), or a Claude Code or Codex transcript (JSONL)",
+            "message list (JSON), or a Claude Code or Codex transcript (JSONL); nothing stored",
             field="body",
         ) from None
 
@@ -67,7 +67,7 @@ def import_upload(name: str, data: bytes, owner: Any, format: str | None = None)
     if format in Format.values:
         report = import_bytes(name, data, owner, format=format)
         if report.problem:
-            raise Invalid(f"{name}: {report.problem}", field="body")
+            raise Invalid(f"{report.problem}; nothing stored", field="body")
         return report
     try:
         text = data.decode("utf-8")

@@ -53,7 +53,9 @@ def upload(request: AuthenticatedHttpRequest) -> list[FileImport]:
     for item in uploads:
         name = storable_text(item.name or "upload")[:200]
         if item.size is not None and item.size > limit:
-            reports.append(FileImport(name, problem=f"over the {limit:,}-byte limit"))
+            reports.append(
+                FileImport(name, problem=f"over the {limit:,}-byte limit; nothing stored")
+            )
             continue
         try:
             reports.append(import_upload(name, item.read(), request.user))

@@ -174,7 +174,10 @@ async def test_a_turn_stores_every_message_as_it_completes_and_streams_it(
     assert (turn.first_seq, turn.last_seq, turn.requests) == (0, 5, 3)
     assert_pairs_valid(messages)
 
-    await pushes.until(lambda p: streamed(p.text(), answer.content, batches=3))
+    # The turn's last push (its fragment, done) comes after the last delta: both are awaited.
+    await pushes.until(
+        lambda p: streamed(p.text(), answer.content, batches=3) and 'data-status="done"' in p.text()
+    )
     html = pushes.text()
     # Deltas carry the offset they start at, and rebuild the whole answer in order.
     assert streamed(html, answer.content, batches=3)

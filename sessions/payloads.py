@@ -124,13 +124,16 @@ back by a JSON parser that stops at 200 levels: a message nested deeper than it 
 break every page and answer of its session, so it is refused at the edge instead."""
 
 
-def bad_text(data: Any, path: str = "", *, storing: bool = True) -> tuple[str, str] | None:
+def bad_text(
+    data: Any, path: str = "", *, storing: bool = True, depth: int = 0
+) -> tuple[str, str] | None:
     """The path of the first string (or key) holding such a character, or of the first value
-    nested deeper than ``MAX_DEPTH``, and what is wrong; NUL characters only when ``storing``.
+    nested deeper than ``MAX_DEPTH`` (``data`` itself at ``depth``), and what is wrong; NUL
+    characters only when ``storing``.
     Walked with a stack, not recursion: any depth is answered, not a crash. (A node's path is
     spelled out only when something is wrong there: most payloads have nothing to name.)"""
     pattern = _UNSTORABLE if storing else _NOT_TEXT
-    root = _Node(data, None, None, 0)
+    root = _Node(data, None, None, depth)
     pending = [root]
     while pending:
         node = pending.pop()

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolCallPart,
+    UserPromptPart,
+)
 
 from sessions import services
 from sessions.demo import TOUR, TOUR_PINNED_REQUEST, TOUR_POLICY, tour_messages
@@ -24,6 +30,7 @@ from sessions.models import (
     Message,
     Pin,
 )
+from sessions.payloads import InvalidPayload, storable_payload
 from sessions.services.transfer import (
     BadExport,
     export_jsonl,
@@ -215,6 +222,37 @@ def test_deep_nesting_is_refused(alice: Any) -> None:
     # Deeper than the JSON parser goes, too.
     error = _refused(_with(lines, number, "[" * 100_000 + "]" * 100_000), alice)
     assert str(error).startswith(f"line {number}:")
+
+
+def _deep_call(levels: int) -> ModelResponse:
+    """A tool call whose arguments nest ``levels`` objects deep."""
+    args: Any = 0
+    for _ in range(levels):
+        args = {"deeper": args}
+    return ModelResponse(parts=[ToolCallPart("probe", args, "c1")])
+
+
+def _storable(message: ModelResponse) -> bool:
+    try:
+        storable_payload(message)
+    except InvalidPayload:
+        return False
+    return True
+
+
+def test_a_session_as_deep_as_the_log_takes_comes_back(alice: Any) -> None:
+    """Depth is measured from a message's root, on the way in and in its export line alike:
+    what the log took, its export gives back."""
+    deepest = next(n for n in range(90, 110) if not _storable(_deep_call(n + 1)))
+    session = AgentSession.objects.create(owner=alice, title="Deep", model="openai:gpt-4o")
+    call = _deep_call(deepest)
+    services.append_messages(
+        session, [ModelRequest(parts=[UserPromptPart("go")]), call], auto_compact=False
+    )
+
+    copy = import_session(export_jsonl(session), alice)
+
+    assert Message.objects.get(session=copy, seq=1).message == call
 
 
 def test_a_number_too_large_is_refused(alice: Any) -> None:

@@ -39,6 +39,11 @@ from sessions.services.transfer.format import (
 )
 
 
+MESSAGE_DEPTH_IN_LINE = 3
+"""How deep a line holds the deepest message it carries (a compaction's
+``replacement[i].message``)."""
+
+
 @dataclass
 class _Record:
     """A validated record line: its fields, and the line it was read from."""
@@ -80,7 +85,9 @@ def _decode(number: int, text: str) -> dict[str, Any]:
         raise BadExport(number, "", f"not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise BadExport(number, "", f"a JSON object is expected, not {_json_type(value)}")
-    bad = bad_text(value)
+    # A message is measured from its own root when it is read (``parse_payload``): the line
+    # around it does not count against its depth.
+    bad = bad_text(value, depth=-MESSAGE_DEPTH_IN_LINE)
     if bad is not None:
         raise BadExport(number, _bracketed(bad[0]), bad[1])
     return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -127,9 +128,9 @@ break every page and answer of its session, so it is refused at the edge instead
 def bad_text(
     data: Any, path: str = "", *, storing: bool = True, depth: int = 0
 ) -> tuple[str, str] | None:
-    """The path of the first string (or key) holding such a character, or of the first value
-    nested deeper than ``MAX_DEPTH`` (``data`` itself at ``depth``), and what is wrong; NUL
-    characters only when ``storing``.
+    """The path of the first string (or key) holding such a character, of the first number that
+    is not finite, or of the first value nested deeper than ``MAX_DEPTH`` (``data`` itself at
+    ``depth``), and what is wrong; NUL characters only when ``storing``.
     Walked with a stack, not recursion: any depth is answered, not a crash. (A node's path is
     spelled out only when something is wrong there: most payloads have nothing to name.)"""
     pattern = _UNSTORABLE if storing else _NOT_TEXT
@@ -145,6 +146,9 @@ def bad_text(
             if found is not None:
                 return node.path(path), _problem(found.group())
             continue
+        if isinstance(value, float) and not math.isfinite(value):
+            # A JSON parser may read NaN or Infinity; no JSON can write it back (it becomes null).
+            return node.path(path), f"is {value!r}, not a finite number: JSON has no such value"
         if isinstance(value, dict):
             items: Any = value.items()
         elif isinstance(value, list):

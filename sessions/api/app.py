@@ -82,7 +82,11 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = [
-        {"field": field_path(error.get("loc", ())), "message": error.get("msg", "invalid")}
+        {
+            # A value refused for what it holds names the place inside it (``_storable``).
+            "field": field_path([*error.get("loc", ()), *error.get("ctx", {}).get("inside", [])]),
+            "message": error.get("msg", "invalid"),
+        }
         for error in exc.errors
     ]
     first = errors[0] if errors else {"field": None, "message": "invalid request"}

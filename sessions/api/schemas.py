@@ -10,6 +10,7 @@ from uuid import UUID
 from ninja import Field, Schema
 from ninja.schema import DjangoGetter
 from pydantic import ConfigDict, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from ..payloads import bad_text
 
@@ -35,6 +36,17 @@ def _json_type(value: Any) -> str:
     )
 
 
+def _storable(value: Any) -> Any:
+    """``value``, unless it holds what cannot be stored as it is (``bad_text``): the error then
+    carries the path inside the field (``inside``), unless the bad string is a key on it."""
+    bad = bad_text(value)
+    if bad is not None:
+        path, problem = bad
+        inside = path.split(".") if path and bad_text(path) is None else []
+        raise PydanticCustomError("unstorable", problem, {"inside": inside})
+    return value
+
+
 class _Storable(_Body):
     """A request body whose strings are stored: one PostgreSQL cannot keep (a NUL character, a
     lone surrogate) is refused, a 422 naming the field, rather than failing the write."""
@@ -42,12 +54,7 @@ class _Storable(_Body):
     @field_validator("*")
     @classmethod
     def _storable_text(cls, value: Any) -> Any:
-        bad = bad_text(value)
-        if bad is not None:
-            path, problem = bad
-            where = f" (at {path})" if path else ""
-            raise ValueError(f"{problem}{where}")
-        return value
+        return _storable(value)
 
 
 MAX_TOOLS = 500
@@ -71,23 +78,14 @@ class ToolIn(_Storable):
     @field_validator("*", mode="before")
     @classmethod
     def _text_first(cls, value: Any) -> Any:
-        """Strings that cannot be stored, and nesting too deep, are refused before the types
-        are checked, naming the field (and the path inside it, unless the bad string is a key
-        on that path)."""
-        bad = bad_text(value)
-        if bad is not None:
-            path, problem = bad
-            where = f" (at {path})" if path and bad_text(path) is None else ""
-            raise ValueError(f"{problem}{where}")
-        return value
+        """Strings that cannot be stored, numbers JSON cannot write and nesting too deep are
+        refused before the types are checked."""
+        return _storable(value)
 
     @field_validator("parameters")
     @classmethod
     def _plain_json(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-        except ValueError:
-            raise ValueError("holds a number JSON cannot carry (infinite, or NaN)") from None
+        text = json.dumps(value, ensure_ascii=False)  # NaN and Infinity are refused before
         if len(text) > MAX_TOOL_SCHEMA_CHARS:
             raise ValueError(
                 f"is {len(text):,} characters as JSON, more than {MAX_TOOL_SCHEMA_CHARS:,}"

@@ -191,7 +191,7 @@ def test_sessions_are_created_listed_by_cursor_read_and_patched(api: Api, alice:
         ({"title": "p\u0000k", "model": "openai:gpt-4o"}, "title"),
         (
             {"title": "t", "model": "openai:gpt-4o", "policy": {"window": {"notice": "\u0000"}}},
-            "policy",
+            "policy.window.notice",
         ),
     ],
 )

@@ -94,7 +94,7 @@ def test_a_body_deeper_than_any_parser_goes_is_a_400_naming_the_body(api: Api, a
 @pytest.mark.parametrize(
     ("policy", "field"),
     [
-        ("nested(1_000)", "policy"),
+        ("nested(1_000)", "policy.a.a.a.a.a.a"),  # where the chain starts
         ('{"context_window": ' + "9" * 400 + "}", "policy.context_window"),
         ('{"reserved_output_tokens": ' + "9" * 400 + "}", "policy.reserved_output_tokens"),
         ('{"safety_margin": 1e400}', "policy.safety_margin"),
@@ -262,6 +262,33 @@ def test_an_encoded_lone_surrogate_is_a_422_naming_the_field(api: Api, alice: An
     assert not Message.objects.exists()
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_number_json_cannot_write_back_is_a_422_naming_the_field(
+    api: Api, alice: Any, constant: str
+) -> None:
+    """Python's JSON parser reads NaN and Infinity (and 1e999 as Infinity); stored, they would
+    come back as null, a value the agent never sent."""
+    session = make_session(alice)
+    arguments = '{"messages": [{"kind": "response", "parts": [{"part_kind": "tool-call", '
+    arguments += f'"tool_name": "t", "args": {{"ratio": {constant}}}, "tool_call_id": "c"}}]}}]}}'
+    error = refused(api.post(f"/sessions/{session.pk}/messages", arguments))
+    assert error["field"] == "messages[0].parts[0].args.ratio"
+    assert "not a finite number" in error["message"]
+    details = '{"messages": [{"kind": "response", "parts": [{"part_kind": "text", "content": "x"}],'
+    details += f' "usage": {{"details": {{"reasoning": {constant}}}}}}}]}}'
+    assert refused(api.post(f"/sessions/{session.pk}/messages", details))["field"] == (
+        "messages[0].usage.details.reasoning"
+    )
+    assert not Message.objects.exists()
+    policy = f'{{"policy": {{"max_tokens": {constant}}}}}'
+    answer = api.client.patch(
+        f"/api/v1/sessions/{session.pk}", policy, content_type="application/json", headers=api.auth
+    )
+    assert refused(answer)["field"].startswith("policy")
+    session.refresh_from_db()
+    assert session.policy == {}
+
+
 @pytest.mark.parametrize("tokens", [2**31, 10**30])
 def test_usage_too_large_to_store_is_a_422_naming_the_field(
     api: Api, alice: Any, tokens: int
@@ -294,11 +321,17 @@ HOSTILE_TOOLS = [
     ('[{"name": "a", "description": "x\\ud800y"}]', "tools[0].description"),
     ('[{"name": "a", "description": "' + "d" * 50_001 + '"}]', "tools[0].description"),
     ('[{"name": "a", "parameters": {"\\udfff": {}}}]', "tools[0].parameters"),
-    ('[{"name": "a", "parameters": {"enum": ["\\udc00"]}}]', "tools[0].parameters"),
-    ('[{"name": "a", "parameters": ' + json.dumps(nested(150)) + "}]", "tools[0].parameters"),
-    ('[{"name": "a", "parameters": ' + json.dumps(nested(1_000)) + "}]", "tools[0].parameters"),
-    ('[{"name": "a", "parameters": {"maximum": 1e400}}]', "tools[0].parameters"),
-    ('[{"name": "a", "parameters": {"maximum": NaN}}]', "tools[0].parameters"),
+    ('[{"name": "a", "parameters": {"enum": ["\\udc00"]}}]', "tools[0].parameters.enum[0]"),
+    (
+        '[{"name": "a", "parameters": ' + json.dumps(nested(150)) + "}]",
+        "tools[0].parameters.a.a.a.a.a.a",
+    ),
+    (
+        '[{"name": "a", "parameters": ' + json.dumps(nested(1_000)) + "}]",
+        "tools[0].parameters.a.a.a.a.a.a",
+    ),
+    ('[{"name": "a", "parameters": {"maximum": 1e400}}]', "tools[0].parameters.maximum"),
+    ('[{"name": "a", "parameters": {"maximum": NaN}}]', "tools[0].parameters.maximum"),
     ('[{"name": "a", "parameters": []}]', "tools[0].parameters"),
     ('[{"name": "a", "parameters": {"d": "' + "p" * 100_001 + '"}}]', "tools[0].parameters"),
     ('[{"name": "a", "parameters_json_schema": {}}]', "tools[0].parameters_json_schema"),

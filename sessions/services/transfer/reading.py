@@ -38,7 +38,6 @@ from sessions.services.transfer.format import (
     BadExport,
 )
 
-
 MESSAGE_DEPTH_IN_LINE = 3
 """How deep a line holds the deepest message it carries (a compaction's
 ``replacement[i].message``)."""

@@ -12,5 +12,6 @@ class AgentSessionsConfig(AppConfig):
 
     def ready(self) -> None:
         # System checks, and the receivers of what the services report: the pages' pushes
-        # (live) and the queue (tasks). Imported here, once the models are loaded.
-        from sessions import checks, live, revocation, tasks  # noqa: F401
+        # (live) and the queue (tasks), and of a session's deletion. Imported here, once the
+        # models are loaded.
+        from sessions import checks, deletion, live, revocation, tasks  # noqa: F401

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance.recall_terms import added_terms
@@ -661,7 +662,9 @@ class IdempotentRequest(models.Model):
 class AuditEvent(models.Model):
     """Who did what to a session, when, and the governed tokens before and after. Immutable,
     but for ``tokens_after``: a change is measured once it is committed (not under the session
-    lock), and the figure is filled in once (``measured_after``)."""
+    lock), and the figure is filled in once (``measured_after``). On PostgreSQL the database
+    holds to it too, whatever the ORM is asked (a trigger, migration 0015): an event is deleted
+    only with its session (``sessions.deletion``)."""
 
     session = models.ForeignKey(
         AgentSession, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_events"
@@ -673,7 +676,8 @@ class AuditEvent(models.Model):
     tokens_before = models.PositiveIntegerField(null=True, blank=True)
     tokens_after = models.PositiveIntegerField(null=True, blank=True)
     data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # Given, not stamped, by an import: an event keeps the time it happened on its hub.
+    created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-created_at"]

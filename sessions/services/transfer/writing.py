@@ -7,6 +7,7 @@ from itertools import groupby
 from typing import Any
 
 from django.db import models, transaction
+from django.utils import timezone
 
 from ctxhub.governance.facts import message_facts
 from ctxhub.governance.tokens import tokenizer_for
@@ -102,6 +103,7 @@ def write_import(parsed: ParsedExport, owner: Any) -> AgentSession:
                 value = data.get(kind)
                 if isinstance(value, int) and not isinstance(value, bool):
                     data[kind] = ids[kind][value]
-            event = AuditEvent.objects.create(session=session, data=data, **fields)
-            _dated(event, created)
+            AuditEvent.objects.create(
+                session=session, data=data, created_at=created or timezone.now(), **fields
+            )
     return session

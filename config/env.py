@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
+from psycopg_pool import ConnectionPool
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -120,7 +121,14 @@ def database_from_url(name: str, url: str, *, sqlite_default: Path, pool: Pool) 
         # what one process holds, and every request hands its connection back when it ends.
         "CONN_MAX_AGE": 0,
         "OPTIONS": {
-            "pool": {"min_size": min(2, pool.size), "max_size": pool.size, "timeout": pool.timeout}
+            "pool": {
+                "min_size": min(2, pool.size),
+                "max_size": pool.size,
+                "timeout": pool.timeout,
+                # A connection is checked as it is handed out (one round trip): those held idle
+                # die with the server when PostgreSQL restarts, and would fail their requests.
+                "check": ConnectionPool.check_connection,
+            }
         },
     }
 

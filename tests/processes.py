@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -212,3 +214,60 @@ class OwnRedis:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"waited 10 s for {what}")
             time.sleep(0.05)
+
+
+class OwnPostgres:
+    """A PostgreSQL cluster of a test's own, with an empty ``ctxhub`` database, so restarting it
+    disturbs no other test. (As root, the cluster belongs to the postgres user: initdb refuses
+    root, as in scripts/lib.sh.)"""
+
+    def __init__(self) -> None:
+        # Not under pytest's tmp_path: the postgres user must reach it, and that is root's.
+        self.dir = Path(tempfile.mkdtemp(prefix="ctxhub-pg-"))
+        self.dir.chmod(0o755)
+        self.port = free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/ctxhub"
+        self.as_owner: list[str] = []
+        if os.getuid() == 0:
+            self.as_owner = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(self.dir, "postgres")
+
+    def _bin(self, name: str) -> str:
+        found = shutil.which(name) or next(
+            (str(path) for path in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))),
+            None,
+        )
+        if found is None:
+            raise RuntimeError(f"no {name}: PostgreSQL's server is not installed")
+        return found
+
+    def _pg_ctl(self, *args: str) -> None:
+        subprocess.run(
+            [*self.as_owner, self._bin("pg_ctl"), "-D", str(self.dir / "data"), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+    def start(self) -> None:
+        subprocess.run(
+            [*self.as_owner, self._bin("initdb"), "-D", str(self.dir / "data"), "-A", "trust",
+             "-U", "postgres", "--no-sync"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._pg_ctl("-l", str(self.dir / "log"), "-w", "-o", options, "start")
+        subprocess.run(
+            [*self.as_owner, self._bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+             "-U", "postgres", "ctxhub"],
+            check=True,
+        )  # fmt: skip
+
+    def restart(self) -> None:
+        """Stop (ending every connection, as a crash or an upgrade does) and start again."""
+        self._pg_ctl("-m", "fast", "-w", "restart")
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._pg_ctl("-m", "immediate", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)

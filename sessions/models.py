@@ -20,6 +20,7 @@ from django.utils import timezone
 from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance.recall_terms import added_terms
+from sessions.fields import WrittenJSONField
 from sessions.payloads import message_from_payload
 
 
@@ -57,7 +58,7 @@ class AgentSession(models.Model):
         blank=True,
         help_text="Why automatic compaction stopped for this session (blank: it runs).",
     )
-    tool_definitions = models.JSONField(
+    tool_definitions = WrittenJSONField(
         default=list,
         blank=True,
         help_text="The tools the session's agent sends with each request: "
@@ -128,7 +129,7 @@ class Message(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="messages")
     seq = models.PositiveIntegerField(help_text="Position in the session's log, from 0.")
     kind = models.CharField(max_length=8, choices=MessageKind.choices)
-    payload = models.JSONField(help_text="One pydantic-ai ModelMessage, as its JSON form.")
+    payload = WrittenJSONField(help_text="One pydantic-ai ModelMessage, as its JSON form.")
     tokens = models.PositiveIntegerField()
     encoding = models.CharField(max_length=32)
     tokens_exact = models.BooleanField(default=True)
@@ -249,9 +250,9 @@ class Compaction(Undoable):
     )
     first_seq = models.PositiveIntegerField()
     last_seq = models.PositiveIntegerField()
-    replacement = models.JSONField()
+    replacement = WrittenJSONField()
     summary = models.TextField(help_text="The summary text (also inside `summary_message`).")
-    summary_message = models.JSONField(help_text="The summary as a stored pydantic-ai message.")
+    summary_message = WrittenJSONField(help_text="The summary as a stored pydantic-ai message.")
     ledger = models.JSONField(default=list, help_text="The fact ledger: every item kept.")
     outcome = models.CharField(max_length=16, help_text="summarized, or fallback (the marker).")
     error = models.TextField(blank=True, help_text="Why the summariser failed, on a fallback.")

@@ -39,7 +39,7 @@ def definitions_of(tools: Iterable[ToolDefinition]) -> list[ToolJson]:
 
 
 def canonical(definitions: Iterable[Mapping[str, Any]]) -> list[ToolJson]:
-    """Definitions in the order they are counted in (PostgreSQL's JSON keeps no key order)."""
+    """Definitions in the shape they are counted in: name, description, parameters."""
     return [
         tool_json(d["name"], d.get("description"), d.get("parameters") or {}) for d in definitions
     ]

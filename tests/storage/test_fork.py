@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db.models import Exists, OuterRef
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from ctxhub.governance import Policy
@@ -333,7 +334,7 @@ def test_the_demo_tour_and_a_compacted_demo_session_fork_at_their_ends(alice: An
     call_command("seed_demo", "--username", "demo-fork", stdout=StringIO())
     demo = AgentSession.objects.filter(owner__username="demo-fork")
     tour = demo.get(title__startswith="Tour: every governance action")
-    compacted = demo.filter(compactions__isnull=False).distinct().first()
+    compacted = demo.filter(Exists(Compaction.objects.filter(session=OuterRef("pk")))).first()
     assert compacted is not None
     for session in (tour, compacted):
         last = Message.objects.filter(session=session).count() - 1

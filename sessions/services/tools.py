@@ -5,9 +5,8 @@ schema of the arguments, as pydantic-ai's ``ToolDefinition``) besides its messag
 room in the window, so the history's budget is smaller by their tokens. A session keeps the
 definitions its agent sends (the chat's own tools; an external agent's, sent through the API)
 as plain JSON, with the tokens of each for the session model's tokenizer, counted once when
-they are set rather than at every request. (PostgreSQL keeps no key order in JSON: a count for
-another model, made from the stored form, may differ from one of the JSON as sent by a token or
-two.)
+they are set rather than at every request (stored as written, key order included:
+``sessions.fields``).
 """
 
 from __future__ import annotations

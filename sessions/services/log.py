@@ -36,18 +36,18 @@ def session_tokenizer(session: AgentSession) -> Tokenizer:
     return tokenizer_for(session.model)
 
 
-def _build(
+def _unlogged(
     session: AgentSession,
-    seq: int,
     message: ModelMessage,
     payload: dict[str, Any],
     source: str,
     tokenizer: Tokenizer,
 ) -> Message:
+    """The row of a message about to be logged: everything but its seq, which the append
+    gives it under the session's lock."""
     facts = message_facts(message, tokenizer)
     return Message(
         session=session,
-        seq=seq,
         kind=MessageKind.REQUEST if isinstance(message, ModelRequest) else MessageKind.RESPONSE,
         payload=payload,
         tokens=facts.tokens,
@@ -102,6 +102,11 @@ def append_messages(
     # (the history, a recount) loads and counts (pydantic-ai loads a legacy part as its successor).
     messages = [message_from_payload(payload) for payload in payloads]
     tokenizer = session_tokenizer(session)
+    # Counted before the session is locked: concurrent appends to it wait for the writes only.
+    rows = [
+        _unlogged(session, m, payload, source, tokenizer)
+        for m, payload in zip(messages, payloads, strict=True)
+    ]
     with transaction.atomic():
         # Locking the session row until commit makes concurrent appends to one session take
         # turns and get consecutive, unique seq numbers; the log's size it keeps (the live
@@ -122,12 +127,9 @@ def append_messages(
                 field="expected_seq",
                 next_seq=start,
             )
-        rows = Message.objects.bulk_create(
-            [
-                _build(session, start + i, m, payload, source, tokenizer)
-                for i, (m, payload) in enumerate(zip(messages, payloads, strict=True))
-            ]
-        )
+        for i, row in enumerate(rows):
+            row.seq = start + i
+        Message.objects.bulk_create(rows)
         store_pieces(session, zip((row.seq for row in rows), messages, strict=True))
         tokens = tokens_before + sum(row.tokens for row in rows)
         AgentSession.objects.filter(pk=session.pk).update(

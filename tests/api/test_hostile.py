@@ -16,7 +16,7 @@ from sessions import services
 from sessions.api.keys import create_key
 from sessions.models import AgentSession, EvictedOutput, Message
 from sessions.payloads import MAX_DEPTH, message_from_payload
-from sessions.services.log import _build
+from sessions.services.log import _unlogged
 from tests.factories import make_session
 from tests.messages import reply, user
 
@@ -218,7 +218,8 @@ def test_a_stored_message_that_cannot_be_read_back_breaks_no_listing(
     services.append_messages(broken, [user("start")], auto_compact=False)
     payload = tool_call(nested(250))
     message = message_from_payload(payload)
-    row = _build(broken, 1, message, payload, "api", tokenizer_for(broken.model))
+    row = _unlogged(broken, message, payload, "api", tokenizer_for(broken.model))
+    row.seq = 1
     Message.objects.bulk_create([row])
 
     staff = django_user_model.objects.create_user("carol", password="pw", is_staff=True)

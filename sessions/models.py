@@ -181,6 +181,12 @@ class Undoable(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    actor_name = models.CharField(
+        max_length=150,
+        blank=True,
+        help_text="Who acted, as the hub a record was imported from named them (its people are "
+        "not this hub's); blank for a record made here.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     undone_at = models.DateTimeField(null=True, blank=True)
     undone_by = models.ForeignKey(

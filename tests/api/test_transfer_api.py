@@ -136,7 +136,7 @@ def test_a_round_trip_through_the_client(server: str, alice: Any) -> None:
     assert markdown.startswith("# Round trip\n")
     assert copy.id != made.id
     assert (copy.title, copy.messages, copy.tokens) == (
-        "Round trip",
+        "Round trip (imported)",  # beside the session it was exported from
         original.messages,
         original.tokens,
     )
@@ -153,4 +153,4 @@ async def test_the_async_client_exports_and_imports(server: str, alice: Any) -> 
         made = await hub.create_session("Async", model="openai:gpt-4o")
         await hub.append(made.id, [user("hello"), reply("hi")])
         copy = await hub.import_session(await hub.export_session(made.id))
-    assert (copy.title, copy.messages) == ("Async", 2)
+    assert (copy.title, copy.messages) == ("Async (imported)", 2)

@@ -18,10 +18,10 @@ third pin), never by a database id, which means nothing to another hub.
 
 What is derived is left out and made again by the hub that imports: tokens, facts and hashes
 (the messages go through the normal append path), the facts of a compaction's own messages,
-an evicted output's tokens. Not carried: the people who acted (``actor`` is written for the
-reader; imported records have none), when each message was appended (the import appends it
-now; records keep their times), compaction jobs, and the requests sent with the Governor's
-state (an imported session's next request is a new start).
+an evicted output's tokens. Not carried: the people who acted (``actor`` names them; an
+imported record keeps the name, ``actor_name``, not a user of this hub), when each message was
+appended (the import appends it now; records keep their times), compaction jobs, and the
+requests sent with the Governor's state (an imported session's next request is a new start).
 
 Importing validates every line before anything is written, then writes one transaction: a new
 session, owned by the importer, never one that exists.

@@ -142,7 +142,8 @@ def export_lines(session: AgentSession) -> Iterator[str]:
 
 def _undoable(record: Any) -> dict[str, Any]:
     return {
-        "actor": _actor(record),
+        # Who acted: one of this hub's people, or whom the hub it came from named.
+        "actor": _actor(record) or record.actor_name or None,
         "created_at": _when(record.created_at),
         "undone_at": _when(record.undone_at),
     }

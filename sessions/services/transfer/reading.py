@@ -335,11 +335,12 @@ def _last_seq(parsed: ParsedExport, line: _Reader) -> int:
 
 
 def _undo_fields(line: _Reader) -> dict[str, Any]:
-    line.text("actor")  # for the reader: the people of another hub are not this one's
+    # The people of another hub are not this one's: who acted is kept by name.
+    actor = line.text("actor", limit=Compaction._meta.get_field("actor_name").max_length)
     created, undone = line.time("created_at"), line.time("undone_at")
     if created is not None and undone is not None and undone < created:
         line.fail("undone_at", "before created_at")
-    return {"created_at": created, "undone_at": undone}
+    return {"actor_name": actor, "created_at": created, "undone_at": undone}
 
 
 def _compaction(parsed: ParsedExport, line: _Reader) -> None:

@@ -41,9 +41,28 @@ def _dated(row: models.Model, when: datetime | None) -> None:
         type(row)._default_manager.filter(pk=row.pk).update(created_at=when)
 
 
+def _unused_title(owner: Any, title: str) -> str:
+    """``title``, or, when the owner has a session of that title (the one exported, say),
+    ``title (imported)``, ``(imported 2)``…: two sessions never read the same in the fleet."""
+    taken = set(
+        AgentSession.objects.filter(owner=owner, title__startswith=title[:150]).values_list(
+            "title", flat=True
+        )
+    )
+    limit = AgentSession._meta.get_field("title").max_length
+    assert limit is not None
+    candidate, number = title, 1
+    while candidate in taken:
+        suffix = " (imported)" if number == 1 else f" (imported {number})"
+        candidate = title[: limit - len(suffix)] + suffix
+        number += 1
+    return candidate
+
+
 def write_import(parsed: ParsedExport, owner: Any) -> AgentSession:
     with transaction.atomic():
-        session = AgentSession.objects.create(owner=owner, **parsed.session)
+        fields = {**parsed.session, "title": _unused_title(owner, parsed.session["title"])}
+        session = AgentSession.objects.create(owner=owner, **fields)
         # The normal append path: this hub counts the tokens and facts and hashes the payloads.
         # One call per run of messages from one source, so each keeps where it came from.
         for source, run in groupby(parsed.messages, key=lambda item: item[0]):

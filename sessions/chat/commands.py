@@ -21,7 +21,7 @@ from sessions.chat import turns
 from sessions.consumers_report import top_consumers
 from sessions.figures import job_words, percent
 from sessions.models import AgentSession, MessageKind
-from sessions.services import Conflict, Invalid, NotFound
+from sessions.services import Invalid, NotFound
 from sessions.xray import xray
 
 HELP = {
@@ -73,7 +73,7 @@ def run(session: AgentSession, actor: Any, text: str) -> Note:
 
 def _no_turn_running(session: AgentSession, what: str) -> None:
     if turns.running_turn(session) is not None:
-        raise Conflict(f"a turn is running: stop it or wait for its answer before {what}")
+        raise turns.TurnRunning(f"a turn is running: stop it or wait for its answer before {what}")
 
 
 def _compact(session: AgentSession, actor: Any, focus: str) -> Note:

@@ -18,6 +18,14 @@ from sessions.services import Conflict, Invalid, append_messages
 # What a tool call left without its result reads as, in the log and to the model.
 INTERRUPTED = "Interrupted: the turn was stopped before this tool returned; nothing came back."
 
+
+class TurnRunning(Conflict):
+    """Refused because the session's turn is running: a reason that lapses once it ends (the
+    page takes it away then)."""
+
+    code = "turn_running"
+
+
 MAX_PROMPT_CHARS = 100_000
 
 
@@ -85,7 +93,7 @@ def begin(session: AgentSession, actor: Any, prompt: str, control_channel: str) 
                 control_channel=control_channel,
             )
     except IntegrityError:
-        raise Conflict(
+        raise TurnRunning(
             "a turn is still running: wait for its answer or press Stop, then send again",
             field="prompt",
         ) from None

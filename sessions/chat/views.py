@@ -32,12 +32,12 @@ def _refused(request: HttpRequest, error: ServiceError) -> HttpResponse:
     """The reason under the composer; whatever the service's field, the person typed it into
     the prompt."""
     status = 409 if isinstance(error, Conflict) else 404 if isinstance(error, NotFound) else 422
-    response = render(
-        request,
-        "sessions/_refused.html",
-        {"message": error.message, "field": "prompt"},
-        status=status,
-    )
+    context = {
+        "message": error.message,
+        "field": "prompt",
+        "while_turn_runs": isinstance(error, turns.TurnRunning),
+    }
+    response = render(request, "sessions/_refused.html", context, status=status)
     response["HX-Retarget"] = "#chat-answer"
     response["HX-Reswap"] = "innerHTML"
     return response

@@ -103,8 +103,19 @@ document.addEventListener("htmx:oobBeforeSwap", (event) => {
   }
 });
 
+// A refusal because the turn was running lapses when it ends (stopped, answered, failed).
+function dropLapsedRefusals() {
+  if (document.querySelector('#chat-turn[data-status="running"]')) return;
+  for (const refusal of document.querySelectorAll("#chat-answer [data-while-turn-runs]")) {
+    refusal.remove();
+  }
+}
+
 document.addEventListener("htmx:oobAfterSwap", (event) => {
-  if (event.detail.target.id === "chat-turn") keepLongerTexts();
+  if (event.detail.target.id === "chat-turn") {
+    keepLongerTexts();
+    dropLapsedRefusals();
+  }
 });
 
 document.addEventListener("htmx:beforeSwap", (event) => {
@@ -112,7 +123,10 @@ document.addEventListener("htmx:beforeSwap", (event) => {
 });
 
 document.addEventListener("htmx:afterSwap", (event) => {
-  if (event.detail.target.id === "chat-turn") keepLongerTexts();
+  if (event.detail.target.id === "chat-turn") {
+    keepLongerTexts();
+    dropLapsedRefusals();
+  }
   if (event.detail.target.closest?.("#chat")) follow();
 });
 

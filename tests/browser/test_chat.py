@@ -193,6 +193,8 @@ def test_stop_mid_turn_then_a_new_prompt(page: Page, chat_url: str, alice: Any) 
     # Stop, clicked the moment a tool runs (as a person watching would, only faster).
     page.evaluate(STOP_DURING_A_TOOL)
     expect(page.get_by_test_id("chat-stopped")).to_be_visible(timeout=20_000)
+    # Its reason lapsed with the turn: nothing says it still runs.
+    expect(page.get_by_test_id("refused")).to_have_count(0)
 
     messages = log_of(session)
     assert_every_call_answered(messages)

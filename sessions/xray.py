@@ -79,7 +79,10 @@ class XRay:
     tokens_before: int
     messages_before: int
     messages_after: int
-    """The history's messages sent (the budget note, written by governance, aside)."""
+    """Of the history's ``messages_before``, those sent."""
+    messages_added: int
+    """Messages governance added to the request: a window's notice, a result pair repair
+    supplied for a call left without one (the budget note aside: ``note``)."""
     fits: bool
     reason: str | None
     over: int
@@ -174,7 +177,9 @@ def xray(context: GovernedContext) -> XRay:
         history=report.history_tokens_after,
         tokens_before=report.tokens_before,
         messages_before=report.messages_before,
-        messages_after=report.messages_after - (report.budget_note is not None),
+        messages_after=sum(1 for m in report.messages if m.index is not None and m.kept),
+        messages_added=sum(1 for m in report.messages if m.index is None)
+        - (report.budget_note is not None),
         fits=report.fits,
         reason=report.reason,
         over=max(-room, 0),

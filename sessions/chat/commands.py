@@ -108,7 +108,12 @@ def _context(session: AgentSession, actor: Any, argument: str) -> Note:
     head = (
         f"{view.model}: {intcomma(view.governed)} of {intcomma(view.window)} tokens "
         f"({percent(view.percent)} of the window); {intcomma(view.messages_after)} of "
-        f"{intcomma(view.messages_before)} messages sent."
+        f"{intcomma(view.messages_before)} messages sent"
+        + (
+            f", {intcomma(view.messages_added)} added by governance."
+            if view.messages_added
+            else "."
+        )
     )
     lines = [
         f"{c.label}: {intcomma(c.tokens)} ({percent(c.percent)})"

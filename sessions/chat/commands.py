@@ -105,15 +105,11 @@ def _history(session: AgentSession, actor: Any, argument: str) -> Note:
 def _context(session: AgentSession, actor: Any, argument: str) -> Note:
     context = services.governed_context(session)
     view = xray(context)
+    added = f", {intcomma(view.messages_added)} added by governance" if view.messages_added else ""
     head = (
         f"{view.model}: {intcomma(view.governed)} of {intcomma(view.window)} tokens "
         f"({percent(view.percent)} of the window); {intcomma(view.messages_after)} of "
-        f"{intcomma(view.messages_before)} messages sent"
-        + (
-            f", {intcomma(view.messages_added)} added by governance."
-            if view.messages_added
-            else "."
-        )
+        f"{intcomma(view.messages_before)} messages sent{added}."
     )
     lines = [
         f"{c.label}: {intcomma(c.tokens)} ({percent(c.percent)})"

@@ -39,6 +39,10 @@ def test_the_panel_opens_on_the_top_tool(page: Page, live_url: str, session: Any
     expect(top).to_be_visible()
     expect(top).to_have_attribute("data-sent", str(found.tools[0].sent))
     expect(control.get_by_test_id("consumers-sent")).to_have_text(f"{found.history:,}")
+    # What "Stored" sums: the history governance starts from, not the raw log.
+    expect(control.locator(".consumers-note")).to_contain_text(
+        "the log with its compactions' summaries in place of what they cover"
+    )
     expect(control.get_by_test_id("consumers-by-argument")).to_contain_text("src/m")
     # A change re-renders the x-ray: the panel stays open and is loaded again. (Once the
     # page's own redraw on its socket's opening is done: the panel it replaces has no mark.)

@@ -220,9 +220,16 @@ class CompactionPlan:
 
     @property
     def represented(self) -> int:
-        """Messages the summary stands for: the new ones, and those earlier summaries stood
-        for."""
-        return self.covered_before + sum(notice_omitted(m) or 1 for _, m in self.new)
+        """Messages the summary stands for: those of the middle it replaces, and those earlier
+        summaries stood for. A user message kept whole beside it is not one of them (one kept
+        cut, or without its other parts, is: the summary stands for the rest)."""
+        originals = dict(self.middle)
+        beside = {index for index, kept in self.users if kept is originals.get(index)}
+        # A user message an earlier summary kept beside it is in the middle again: counted
+        # now unless it is kept beside this one too (the earlier summary did not count it).
+        return self.covered_before + sum(
+            notice_omitted(message) or 1 for index, message in self.middle if index not in beside
+        )
 
     @property
     def unseen(self) -> int:

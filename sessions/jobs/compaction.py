@@ -392,8 +392,10 @@ def _write(job: CompactionJob, session: AgentSession, basis: _Basis) -> str | No
     """Write the compaction if the records are unchanged; None to plan again."""
     compacted = basis.compacted
     tokenizer = tokenizer_for(session.model)
-    replacement = replacement_for(basis.history, basis.messages, compacted.messages, tokenizer)
     report = compacted.report
+    replacement = replacement_for(
+        basis.history, basis.messages, compacted.messages, tokenizer, report.summarized_indices
+    )
     with transaction.atomic():
         lock_session(session)
         current = session_state(session)

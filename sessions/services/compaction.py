@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -277,7 +277,7 @@ def preview_compaction(
         metadata={MARK: {"compaction": "summary"}},
     )
     output = plan.assemble(stand_in)
-    replacement = replacement_for(history, messages, output, tokenizer)
+    replacement = replacement_for(history, messages, output, tokenizer, plan.summarized_indices)
     shown = [history.seq_at(p) for p in range(len(history))]
     replaced = set(replacement.summarized_seqs)
     kept_seqs = [s for s in shown if s is not None and s not in replaced]
@@ -409,12 +409,16 @@ def replacement_for(
     messages: Sequence[ModelMessage],
     out: Sequence[ModelMessage],
     tokenizer: Tokenizer,
+    summarized: Collection[int],
 ) -> Replacement:
-    """The record that makes the effective history equal ``out``, the compacted history.
+    """The record that makes the effective history equal ``out``, the compacted history, whose
+    summary replaces the input positions ``summarized`` (the engine's ``summarized_indices``).
 
     The input and output share their unchanged messages (the same objects), so the changed
     middle is what lies between the common prefix and the common suffix; it is widened to
-    whole earlier compactions, whose replacements are replaced whole.
+    whole earlier compactions, whose replacements are replaced whole. A message the compaction
+    keeps may come out changed (pair repair completing a request the window keeps): stored
+    as it comes out, it is kept, not summarised.
     """
     size = len(messages)
     prefix = 0
@@ -447,6 +451,11 @@ def replacement_for(
     if summary is None:
         raise Invalid("the compacted history holds no summary")
     kept_seqs = {item["seq"] for item in items if "seq" in item}
+    kept_seqs |= {
+        seq
+        for position in range(low_pos, high_pos + 1)
+        if position not in summarized and (seq := history.seq_at(position)) is not None
+    }
     return Replacement(
         low,
         high,

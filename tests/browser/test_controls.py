@@ -71,6 +71,8 @@ def test_preview_then_apply_shows_progress_and_the_result(
         (page.get_by_test_id("preview-replaced").text_content() or "").replace(",", "")
     )
     assert summarised > 0
+    # The count the summary will give the model is the count of what it replaces.
+    assert figure(page, "preview-summarised") == summarised
     shot(page, "compact-preview")
 
     page.get_by_test_id("compact-apply").click()
@@ -88,6 +90,9 @@ def test_preview_then_apply_shows_progress_and_the_result(
     assert figure(page, "effective-total") < before
     page.get_by_test_id(re.compile(r"summary-\d+")).locator("summary").click()
     expect(record.locator("pre.summary")).to_be_visible()
+    expect(record.locator("pre.summary")).to_contain_text(
+        f"[Summary of {summarised} earlier messages]"
+    )
     shot(page, "compact-result")
     # The trajectory is drawn again from the database, with the compaction marked. It is
     # re-rendered 600 ms after the last change, later than the records: wait for its data to

@@ -8,9 +8,10 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
+from ctxhub.governance.summaries import messages_represented
 from sessions import services
 from sessions.demo import TOUR
-from sessions.models import AgentSession, Message
+from sessions.models import AgentSession, Compaction, Message
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
@@ -69,3 +70,19 @@ def test_the_tour_shows_every_action_governance_takes() -> None:
     assert "#259 DONE" in last
     # Nothing in it waits for automatic compaction: the actions stay in view.
     assert services.auto_compact(tour) is None
+
+
+@pytest.mark.django_db(transaction=True)  # compaction jobs are dispatched once they commit
+def test_every_demo_summary_counts_what_its_record_replaces() -> None:
+    """The count a summary gives the model ("[Summary of N earlier messages]") is the count
+    of originals its record replaces: user messages kept whole beside it are not among them,
+    and a message the compaction keeps, changed by pair repair, is not either."""
+    call_command("seed_demo", stdout=StringIO())
+    for session in AgentSession.objects.filter(owner__username="demo"):
+        if not session.compactions.filter(undone_at__isnull=True).exists():
+            services.request_compaction(session)  # eager here: done when it returns
+    compactions = Compaction.objects.filter(session__owner__username="demo")
+    assert compactions.count() >= 3
+    for compaction in compactions:
+        said = messages_represented(compaction.summary)
+        assert said == len(compaction.summarized_seqs), compaction.session.title

@@ -55,6 +55,9 @@ class FleetRow:
     governed_current: bool
     """False when ``governed`` is the figure of an earlier state of the session."""
     budget: int
+    room: int
+    """Tokens the request may carry in all (``Limits.room``): what ``governed`` is measured
+    against, as both count the system prompt and tool definitions."""
     window: int
     threshold: int
     """Effective-history tokens at which automatic compaction starts."""
@@ -72,8 +75,8 @@ class FleetRow:
 
     @property
     def percent(self) -> float:
-        """Governed tokens as a share of the budget."""
-        return 100.0 * (self.governed or 0) / self.budget if self.budget else 0.0
+        """Governed tokens as a share of the room the request has."""
+        return 100.0 * (self.governed or 0) / self.room if self.room else 0.0
 
     @property
     def past_by(self) -> int:
@@ -162,6 +165,7 @@ def _faulted_row(session: Any, user: Any, cost: SessionCost, error: Exception) -
         governed=None,
         governed_current=False,
         budget=0,
+        room=0,
         window=session.context_window or 0,
         threshold=0,
         headroom=0,
@@ -192,6 +196,7 @@ def _row(
         governed=governed,
         governed_current=current,
         budget=limits.budget,
+        room=limits.room,
         window=limits.window,
         threshold=limits.soft_threshold,
         headroom=limits.soft_threshold - effective_tokens(session),

@@ -20,8 +20,12 @@ from sessions.services.governed import GovernedContext, session_policy, session_
 @dataclass(frozen=True, slots=True)
 class Limits:
     window: int
+    room: int
+    """Tokens a request may carry in all, system prompt and tool definitions included: the
+    window less the tokens reserved for the answer and the safety margin."""
     budget: int
-    """Tokens the history may take in a request."""
+    """Tokens the history may take in a request: the room less what every request carries
+    besides it."""
     high_water: int
     """Where the Governor acts (a request past it is cut down to ``low_water``)."""
     low_water: int
@@ -34,6 +38,7 @@ def limits_for(policy: Policy, window: int, budget: int) -> Limits:
     hysteresis = policy.hysteresis
     return Limits(
         window=window,
+        room=max(window - policy.reserved_output_tokens - int(window * policy.safety_margin), 0),
         budget=budget,
         high_water=int(budget * hysteresis.high_water),
         low_water=int(budget * hysteresis.low_water),

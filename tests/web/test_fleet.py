@@ -37,6 +37,12 @@ def test_rows_carry_governed_tokens_beside_the_raw_log(alice: Any, sessions: Any
     context = services.governed_context(sessions["big"])
     assert big.governed == context.tokens
     assert big.budget == context.report.budget_tokens
+    # The request is measured against the room a request has, as both count its system
+    # prompt and tool definitions (the budget is the history's share of that room).
+    report = context.report
+    room = report.window_tokens - report.reserved_output_tokens - report.safety_margin_tokens
+    assert big.room == room
+    assert big.percent == 100.0 * context.tokens / room
     assert big.log_tokens == services.token_totals(sessions["big"]).tokens
     assert big.log_tokens > big.governed  # the raw log is not what a request carries
     assert big.headroom == big.threshold - context.report.tokens_before

@@ -13,6 +13,7 @@ import json
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
@@ -137,19 +138,23 @@ class EffectiveHistory:
         return frozenset(pinned)
 
 
-def record_state(session: AgentSession, revision: int | None = None) -> RecordState:
-    """The active clear and applied compactions of a session."""
+def record_state(
+    session: AgentSession, revision: int | None = None, *, as_of: datetime | None = None
+) -> RecordState:
+    """The active clear and applied compactions of a session (``as_of``: those that were
+    active then, for a request sent then)."""
     if revision is None:
         revision = AgentSession.objects.values_list("revision", flat=True).get(pk=session.pk)
+    active = _active(as_of)
     clear = (
-        Clear.objects.filter(session=session, undone_at__isnull=True)
+        Clear.objects.filter(active, session=session)
         .order_by("-created_at", "-id")
         .values_list("id", "from_seq")
         .first()
     )
     from_seq = clear[1] if clear else 0
     rows = (
-        Compaction.objects.filter(session=session, undone_at__isnull=True, last_seq__gte=from_seq)
+        Compaction.objects.filter(active, session=session, last_seq__gte=from_seq)
         .order_by("-created_at", "-id")
         .values_list("id", "first_seq", "last_seq", "replacement")
     )
@@ -161,7 +166,7 @@ def record_state(session: AgentSession, revision: int | None = None) -> RecordSt
             continue
         applied.append(AppliedCompaction(pk, first, last, tuple(replacement)))
     applied.sort(key=lambda a: a.first_seq)
-    pins = tuple(pinned_seqs(session))
+    pins = tuple(pinned_seqs(session, as_of=as_of))
     before = [seq for seq in pins if seq < from_seq]
     kept_pins = standing(session, before) if before else ()
     return RecordState(
@@ -552,13 +557,16 @@ def log_heads(session: AgentSession) -> tuple[int, int]:
     return revision, -1 if last is None else last
 
 
-def effective_history(session: AgentSession, *, upto_seq: int | None = None) -> EffectiveHistory:
-    """The effective history of a session now (or as it was up to ``upto_seq``, if given)."""
+def effective_history(
+    session: AgentSession, *, upto_seq: int | None = None, as_of: datetime | None = None
+) -> EffectiveHistory:
+    """The effective history of a session now, or as it was up to ``upto_seq`` (with the
+    records as they were ``as_of``, if given)."""
     tokenizer = tokenizer_for(session.model)
     encoding = tokenizer.encoding_name
     revision, last_seq = log_heads(session)
     if upto_seq is not None:
-        state = record_state(session, revision)
+        state = record_state(session, revision, as_of=as_of)
         rows = [r for r in _log_rows(session.pk, state, -1, tokenizer) if r[0] <= upto_seq]
         return _build(session.pk, encoding, state, rows, tokenizer, None, upto_seq=upto_seq)
     key = session.pk
@@ -613,10 +621,17 @@ def is_remembered(session: AgentSession) -> bool:
     return known is not None and known.encoding == tokenizer_for(session.model).encoding_name
 
 
-def pinned_seqs(session: AgentSession) -> list[int]:
-    """The seqs of a session's active pins."""
+def pinned_seqs(session: AgentSession, *, as_of: datetime | None = None) -> list[int]:
+    """The seqs of a session's active pins (``as_of``: those active then)."""
     return list(
-        Pin.objects.filter(session=session, undone_at__isnull=True)
+        Pin.objects.filter(_active(as_of), session=session)
         .order_by("seq")
         .values_list("seq", flat=True)
     )
+
+
+def _active(as_of: datetime | None) -> Q:
+    """Records active now, or at ``as_of``: made by then and not undone by then."""
+    if as_of is None:
+        return Q(undone_at__isnull=True)
+    return Q(created_at__lte=as_of) & (Q(undone_at__isnull=True) | Q(undone_at__gt=as_of))

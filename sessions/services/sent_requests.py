@@ -1,10 +1,10 @@
 """The requests a session sent, read back: one opened as it was sent, and what the prompt cache
 saved over them all.
 
-A request is opened by governing the log up to its newest message again from the Governor state
-it was governed from (stored with it): the same request, as long as the session's records,
-policy, model and window are what they were then. When they are not (a later compaction over
-those messages, a policy change) the request is governed as things stand now, and says so.
+A request is opened by governing the log up to its newest message again, with the records as
+they were when it was sent, from the Governor state it was governed from (stored with it): the
+same request, as long as the session's policy, model and window are what they were then. When
+they are not (a policy change) the request is governed under them as they are now, and says so.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def open_sent_request(session: AgentSession, number: int) -> OpenedRequest | Non
     if row is None:
         return None
     policy = session_policy(session)
-    history = effective_history(session, upto_seq=row.last_seq)
+    # The records as they were when it was sent: a compaction made since is not in it.
+    history = effective_history(session, upto_seq=row.last_seq, as_of=row.created_at)
     try:
         governor = Governor(policy, model=session.model)
         governor.adopt(row.state)

@@ -14,6 +14,7 @@ from playwright.sync_api import Page, expect
 from sessions import services
 from sessions.models import Compaction, SentRequest
 from tests.browser.test_controls import figure, log_in, shot
+from tests.browser.test_dashboard import server_side
 from tests.conftest import ARTIFACTS
 from tests.factories import make_session
 from tests.governed.builders import SMALL_POLICY, turn
@@ -153,6 +154,25 @@ def test_the_trajectory_plots_each_request_sent_and_opens_one(
     expect(page.get_by_test_id("not-as-sent")).to_have_count(0)
     expect(page.get_by_test_id("sent-messages").locator("li").first).to_be_visible()
     shot(page, "sent-request")
+
+
+def test_a_request_sent_before_a_compaction_opens_as_it_was_sent(
+    page: Page, live_url: str, session: Any
+) -> None:
+    last = SentRequest.objects.filter(session=session).order_by("-number").first()
+    assert last is not None
+    server_side(lambda: services.request_compaction(session))  # eager: done when it returns
+    assert Compaction.objects.filter(session=session).exists()
+
+    log_in(page, live_url, f"/sessions/{session.pk}/requests/{last.number}/")
+
+    # The summary made since is not in it: it opens with the records of its time, as sent.
+    expect(page.get_by_test_id("not-as-sent")).to_have_count(0)
+    expect(page.get_by_test_id("sent-messages-heading")).to_have_text(
+        re.compile(r"^Messages as sent \(")
+    )
+    expect(page.get_by_test_id("sent-messages").locator("li").first).to_be_visible()
+    expect(page.get_by_test_id("sent-messages")).not_to_contain_text("[Summary of")
 
 
 WATCH_OPEN = "document.addEventListener('htmx:wsOpen', () => { window.open_ = true })"

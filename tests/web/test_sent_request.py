@@ -60,6 +60,33 @@ def test_a_request_whose_records_changed_since_says_so(client: Client, alice: An
     client.force_login(alice)
     page = client.get(f"/sessions/{session.pk}/requests/1/").content.decode()
     assert 'data-testid="not-as-sent"' in page
+    assert "Messages as governed now (" in page
+    assert "Messages as sent" not in page
+
+
+def test_a_request_sent_before_a_compaction_opens_as_it_was_sent(
+    client: Client, alice: Any
+) -> None:
+    """The records of its time govern it again: a summary made since is not in it."""
+    session = make_session(alice, policy=POLICY)
+    history = agent_turns(10, 2, words(300, "out"), "Find the leak")
+    sent = {}
+    for end in range(1, len(history) + 1):
+        services.append_messages(session, [history[end - 1]])
+        if end % 2:
+            context = services.send_context(session)
+            sent[SentRequest.objects.filter(session=session).count()] = context.messages
+    services.request_compaction(session)  # eager here: done when it returns
+    assert session.compactions.exists()
+    for number, messages in sent.items():
+        opened = services.open_sent_request(session, number)
+        assert opened is not None
+        assert opened.exact, number
+        assert dump(opened.messages) == dump(messages)
+    client.force_login(alice)
+    page = client.get(f"/sessions/{session.pk}/requests/{len(sent)}/").content.decode()
+    assert 'data-testid="not-as-sent"' not in page
+    assert "Messages as sent (" in page
 
 
 def test_a_request_a_rule_applied_always_changed_says_so(client: Client, alice: Any) -> None:

@@ -193,9 +193,10 @@ class CompactionPlan:
     """The most the next request may carry after the compaction, or it is refused: the
     low-water mark, or what it carries now when that is more; what it carries now when the
     summary would replace only messages it sends in full."""
-    hidden: int
-    """Messages of the middle the next request does not carry in full now (dropped by the
-    window, or with an output masked, cut or evicted): what the summary gives back."""
+    hidden: frozenset[int]
+    """Input indices of the middle's messages the next request does not carry in full now
+    (dropped by the window, or with an output masked, cut or evicted): what the summary gives
+    back."""
     ledger: Ledger
     """The facts of what is summarised (earlier summaries included), for the summary to keep."""
     head_cut: bool = False
@@ -223,8 +224,7 @@ class CompactionPlan:
         """Messages the summary stands for: those of the middle it replaces, and those earlier
         summaries stood for. A user message kept whole beside it is not one of them (one kept
         cut, or without its other parts, is: the summary stands for the rest)."""
-        originals = dict(self.middle)
-        beside = {index for index, kept in self.users if kept is originals.get(index)}
+        beside = self._beside
         # A user message an earlier summary kept beside it is in the middle again: counted
         # now unless it is kept beside this one too (the earlier summary did not count it).
         return self.covered_before + sum(
@@ -232,10 +232,16 @@ class CompactionPlan:
         )
 
     @property
+    def _beside(self) -> set[int]:
+        """Input indices of the user messages kept whole beside the summary."""
+        originals = dict(self.middle)
+        return {index for index, kept in self.users if kept is originals.get(index)}
+
+    @property
     def unseen(self) -> int:
         """Of those, the messages the next request does not carry in full now: the hidden
         ones, and those earlier summaries stood for."""
-        return self.covered_before + self.hidden
+        return self.covered_before + len(self.hidden - self._beside)
 
     @property
     def kept(self) -> dict[str, int]:
@@ -391,7 +397,7 @@ def plan_compaction(
             head_cut = True
             partition, kept = partition_within(Threshold(kind="messages", value=first + 1))
     middle = _middle(partition, stripped)
-    hidden = _hidden_count(now, middle)
+    hidden = _hidden(now, middle)
     # Growing to the low-water mark (below the budget) is worth it only for a summary in place
     # of what the model does not see now.
     limit = max(low_water, sent_before) if hidden else sent_before
@@ -451,10 +457,10 @@ def _hides(report: MessageReport) -> bool:
     return not report.kept or any(p.action in HIDING for p in report.parts)
 
 
-def _hidden_count(governed: Governed, middle: list[tuple[int, ModelMessage]]) -> int:
-    """How many of the middle's messages the governed request does not carry in full."""
+def _hidden(governed: Governed, middle: list[tuple[int, ModelMessage]]) -> frozenset[int]:
+    """Input indices of the middle's messages the governed request does not carry in full."""
     hiding = {r.index for r in governed.report.messages if r.index is not None and _hides(r)}
-    return sum(1 for index, _ in middle if index in hiding)
+    return frozenset(index for index, _ in middle if index in hiding)
 
 
 def _middle(partition: Governed, stripped: Stripped) -> list[tuple[int, ModelMessage]]:

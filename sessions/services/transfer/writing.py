@@ -61,8 +61,8 @@ def _unused_title(owner: Any, title: str) -> str:
 
 def write_import(parsed: ParsedExport, owner: Any) -> AgentSession:
     with transaction.atomic():
-        fields = {**parsed.session, "title": _unused_title(owner, parsed.session["title"])}
-        session = AgentSession.objects.create(owner=owner, **fields)
+        title = _unused_title(owner, parsed.session["title"])
+        session = AgentSession.objects.create(owner=owner, **{**parsed.session, "title": title})
         # The normal append path: this hub counts the tokens and facts and hashes the payloads.
         # One call per run of messages from one source, so each keeps where it came from.
         for source, run in groupby(parsed.messages, key=lambda item: item[0]):

@@ -488,13 +488,16 @@ class Policy(_Model):
     compaction: CompactionPolicy = CompactionPolicy()
     awareness: Awareness = Awareness()
 
-    def history_budget(self, window_tokens: int, fixed_tokens: int = 0) -> int:
-        """Tokens the history may take in a window: the window less ``fixed_tokens`` (system
-        prompt, instructions, tool definitions), reserved output and the safety margin, capped."""
+    def request_room(self, window_tokens: int) -> int:
+        """Tokens a whole request may carry in a window (system prompt, instructions and tool
+        definitions included): the window less reserved output and the safety margin."""
         window = self.context_window or window_tokens
-        budget = (
-            window - fixed_tokens - self.reserved_output_tokens - int(window * self.safety_margin)
-        )
+        return window - self.reserved_output_tokens - int(window * self.safety_margin)
+
+    def history_budget(self, window_tokens: int, fixed_tokens: int = 0) -> int:
+        """Tokens the history may take in a window: the request's room less ``fixed_tokens``
+        (system prompt, instructions, tool definitions), capped."""
+        budget = self.request_room(window_tokens) - fixed_tokens
         if self.history_cap_tokens:
             budget = min(budget, self.history_cap_tokens)
         return max(budget, 0)

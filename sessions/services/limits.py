@@ -38,7 +38,7 @@ def limits_for(policy: Policy, window: int, budget: int) -> Limits:
     hysteresis = policy.hysteresis
     return Limits(
         window=window,
-        room=max(window - policy.reserved_output_tokens - int(window * policy.safety_margin), 0),
+        room=max(policy.request_room(window), 0),
         budget=budget,
         high_water=int(budget * hysteresis.high_water),
         low_water=int(budget * hysteresis.low_water),

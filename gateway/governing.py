@@ -68,12 +68,12 @@ def governed_request(session: AgentSession, request: WireRequest, wire: Any) -> 
         seq = context.seq_of(entry.index)
         stored = request.messages[seq] if seq is not None and seq < len(request.messages) else None
         sources.append(Source(stored, changed_parts(entry)))
-    governed = context.governed
+    figures = context.figures
     return GovernedRequest(
         _written(request, wire, context.messages, sources),
         context.messages,
         sources,
-        governed.tokens_after - governed.system_tokens,
+        figures.tokens_after - figures.system_tokens,
     )
 
 

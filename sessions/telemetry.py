@@ -129,7 +129,7 @@ def governed(
     the prefix."""
     if not span.is_recording():
         return
-    report, result = context.report, context.result
+    report = context.figures
     tokens = context.tokens
     attributes: dict[str, Any] = {
         "ctxhub.window.tokens": report.window_tokens,
@@ -144,7 +144,7 @@ def governed(
         "ctxhub.messages.after": report.messages_after,
         "ctxhub.fits": report.fits,
         "ctxhub.steps": [s.step for s in report.steps if s.parts or s.tokens_removed],
-        "ctxhub.snapshot": result is None,
+        "ctxhub.snapshot": context.source == "snapshot",
     }
     if preview:
         attributes["ctxhub.preview"] = True
@@ -153,12 +153,11 @@ def governed(
     if number is not None:
         attributes["ctxhub.request.number"] = number
     prefix = 0
-    if result is not None:
-        if result.acted is not None:
-            attributes["ctxhub.acted"] = result.acted
-        if result.prefix_tokens is not None:
-            prefix = min(result.prefix_tokens, tokens)
-            attributes["ctxhub.prefix.tokens"] = prefix
+    if context.acted is not None:
+        attributes["ctxhub.acted"] = context.acted
+    if context.prefix_tokens is not None:
+        prefix = min(context.prefix_tokens, tokens)
+        attributes["ctxhub.prefix.tokens"] = prefix
     weighting = cache_weighting(model, [(tokens, prefix)])
     if weighting is not None:
         attributes["ctxhub.cost.input"] = _money(weighting.cached.total)

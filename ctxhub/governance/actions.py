@@ -66,9 +66,13 @@ def cheapest_action(
                 candidates.append(tried[-1])
     fitting = [c for c in candidates[1:] if not c[0].exact_over(high) and not triggered(c[0])]
     pace = max(growth, setup.budget // 100, 1)
-    chosen = min(
-        [full, *fitting],
-        key=lambda action: _cost_per_request(previous, action[0], high, pace),
+    chosen = (
+        min(
+            [full, *fitting],
+            key=lambda action: _cost_per_request(previous, action[0], high, pace),
+        )
+        if fitting
+        else full
     )
     for work, _ in tried:
         chosen[0].materialised |= work.materialised  # read to weigh the plans tried

@@ -20,7 +20,7 @@ messages (``WorkCache``); dropping it changes no request.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from hashlib import blake2b
 from threading import Lock
 from typing import Any, Literal, Self
@@ -78,6 +78,11 @@ class GovernorState(State):
     """The digest of the last of them (the next request may complete it: see ``_sent``)."""
     last_tokens: int = Field(default=0, ge=0, le=LARGEST)
     """Its tokens."""
+    instructions_tokens: int | None = Field(default=None, ge=0, le=LARGEST)
+    """Tokens of the instructions of the last request's history (its latest request's);
+    None in a state written before it was kept."""
+    system_tokens: int | None = Field(default=None, ge=0, le=LARGEST)
+    """Tokens of the system prompt parts of that history."""
 
 
 class Governor:
@@ -206,18 +211,22 @@ class Governor:
         if rules is not plan:
             plan = rules
             replayed, replay_steps = replay(setup, plan)
-            sent_tokens(grown)  # compared with what goes out: every kept message governed
-            replayed.materialised |= grown.materialised
-        now = sent_tokens(replayed)
+            if continued:
+                sent_tokens(grown)  # compared with what goes out: every kept message governed
+                replayed.materialised |= grown.materialised
         state = self._state
-        growth = _growth(state, now + replayed.note_tokens()) if continued else state.growth
+        # Only a continued request is measured whole before the action is decided: a new start
+        # keeps the whole history in its replay, and governing all of it (every older output
+        # truncated) would cost far more than the action that then cuts it down.
+        now = sent_tokens(replayed) if continued else None
+        growth = state.growth if now is None else growth_with(state, now + replayed.note_tokens())
         due = action_due(setup, replayed, hysteresis.high_water)
         if due is None:
             return self._replayed(setup, grown, replayed, replay_steps, plan, growth, started)
         work, steps = cheapest_action(setup, plan, grown, growth, started=not continued)
         work.materialised |= replayed.materialised  # read to find the action due
         sent = sent_tokens(work)
-        if due == "high_water" and continued and now - sent < hysteresis.min_reclaim_tokens:
+        if due == "high_water" and now is not None and now - sent < hysteresis.min_reclaim_tokens:
             # Below the budget, an action must free enough to pay for the cache it breaks.
             replayed.materialised |= work.materialised  # read to weigh the action
             return self._replayed(setup, grown, replayed, replay_steps, plan, growth, started)
@@ -269,16 +278,14 @@ class Governor:
         as it is (``Governed.prefix_tokens``)."""
         state = self._state
         messages = governed.messages
-        last = _digest(messages[-1]) if messages else ""
+        last = message_digest(messages[-1]) if messages else ""
         kept = 0
         if continued and state.messages:
             # Pair repair may complete the previous request's last message (the request the
             # model answered) once the results it waited for arrive.
             at = state.messages - 1
-            unchanged = (
-                at < len(messages)
-                and (last if at == len(messages) - 1 else _digest(messages[at])) == state.last
-            )
+            found = last if at == len(messages) - 1 else None
+            unchanged = at < len(messages) and (found or message_digest(messages[at])) == state.last
             kept = state.sent if unchanged else state.sent - state.last_tokens
             if shared is not None:
                 kept = min(kept, shared)
@@ -352,6 +359,8 @@ class Governor:
             messages=tail[0],
             last=tail[1],
             last_tokens=tail[2],
+            instructions_tokens=setup.instructions_tokens,
+            system_tokens=setup.system_parts,
         )
 
 
@@ -370,33 +379,41 @@ class _Lineage:
         self.adopted = False
         """Whether the Governor's state was adopted since: the next history is compared with
         the state by digest, not assumed to continue the lineage."""
-        self._hasher = blake2b(digest_size=16)
+        self._digest = ""
         self._count = 0
         self._known: dict[int, str] = {}
 
     def digest(self, size: int) -> str | None:
         """The digest of all but the last of the first ``size`` facts (the latest request may
         still be completed in place, by an agent run adding its instructions); None when this
-        lineage has digested past that point without remembering it. Timestamps are left out:
-        providers are not sent them, and a client that omits them gets new ones each time its
-        history is parsed."""
+        lineage has digested past that point without remembering it (see ``chained``)."""
         assert self.facts is not None
         end = max(size - 1, 0)
         if end < self._count:
             return self._known.get(end)
-        for fact in self.facts[self._count : end]:
-            value = fact.to_json()
-            del value["timestamp"]
-            self._hasher.update(json.dumps(value, sort_keys=True).encode())
-            self._hasher.update(b"\n")
+        self._digest = chained(self._digest, self.facts[self._count : end])
         self._count = end
-        found = self._known[end] = self._hasher.hexdigest()
+        found = self._known[end] = self._digest
         while len(self._known) > self.KNOWN:
             del self._known[next(iter(self._known))]
         return found
 
 
-def _digest(message: ModelMessage) -> str:
+def chained(digest: str, facts: Iterable[MessageFacts]) -> str:
+    """``digest`` (of the facts before these; "" for none) carried over ``facts``: a chain, so
+    a history grown by some messages is digested from the last digest and the new facts alone.
+    Timestamps are left out: providers are not sent them, and a client that omits them gets
+    new ones each time its history is parsed."""
+    for fact in facts:
+        value = fact.to_json()
+        del value["timestamp"]
+        line = json.dumps(value, sort_keys=True).encode()
+        digest = blake2b(digest.encode() + b"\n" + line, digest_size=16).hexdigest()
+    return digest
+
+
+def message_digest(message: ModelMessage) -> str:
+    """What tells a message sent apart from any other (``GovernorState.last``)."""
     return blake2b(ModelMessagesTypeAdapter.dump_json([message]), digest_size=16).hexdigest()
 
 
@@ -429,7 +446,7 @@ def _last_tokens(work: Work) -> int:
     return work.tokens[last] if last >= 0 else 0
 
 
-def _growth(state: GovernorState, now: int) -> int:
+def growth_with(state: GovernorState, now: int) -> int:
     """The average growth per request, updated with this one's (recent requests weigh most)."""
     added = max(now - state.sent, 0)
     return added if state.growth == 0 else (3 * state.growth + added) // 4

@@ -8,17 +8,18 @@ back by reference.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
-from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import (
+    Acted,
     ContextReport,
     Governed,
     Governor,
@@ -31,6 +32,13 @@ from ctxhub.governance.tokens import context_window, tokenizer_for
 from sessions import snapshots, telemetry
 from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
 from sessions.models import AgentSession, EvictedOutput
+from sessions.services.continuing import (
+    Continuation,
+    SentJSON,
+    continued_request,
+    remember,
+    remember_whole,
+)
 from sessions.services.errors import Invalid
 from sessions.services.sending import Sent, StoredState, action_words, record_sent, stored_state
 from sessions.services.tools import session_tools
@@ -85,43 +93,96 @@ def session_summarizer(session: AgentSession) -> str:
 
 class GovernedContext:
     """A session's governed context: the messages to send, the report, and the log seq of
-    each position of the effective history (``seq_of``)."""
+    each position of the effective history (``seq_of``). Governed now (``result``), read
+    from a snapshot, or continued from the last request sent (``sessions.services.continuing``:
+    its messages and report are JSON, parsed only when read)."""
 
     def __init__(
         self,
         session: AgentSession,
-        messages: list[ModelMessage],
+        messages: list[ModelMessage] | None,
         seqs: list[int | None],
         pinned: list[int],
         *,
         governed: Governed | None = None,
         report: ContextReport | None = None,
+        sent: SentJSON | None = None,
+        figures: ContextReport | None = None,
+        prefix_tokens: int | None = None,
     ) -> None:
         self.session = session
-        self.messages = messages
         self.seqs = seqs
         self.pinned = pinned
+        self._messages = messages
         self._governed = governed
         self._report = report
+        self._sent = sent
+        self._figures = figures
+        self._prefix_tokens = prefix_tokens
+
+    @classmethod
+    def continued(cls, session: AgentSession, found: Continuation) -> GovernedContext:
+        return cls(
+            session,
+            None,
+            json.loads(found.json.seqs),
+            found.pins,
+            sent=found.json,
+            figures=found.figures,
+            prefix_tokens=found.prefix_tokens,
+        )
+
+    @property
+    def messages(self) -> list[ModelMessage]:
+        if self._messages is None:
+            assert self._sent is not None
+            self._messages = ModelMessagesTypeAdapter.validate_json(self._sent.messages)
+        return self._messages
 
     @property
     def governed(self) -> Governed:
-        """The engine's result (a context read from a snapshot has none)."""
+        """The engine's result (a context read from a snapshot or continued has none)."""
         assert self._governed is not None
         return self._governed
 
     @property
     def result(self) -> Governed | None:
-        """The engine's result; None for a context read from a snapshot."""
+        """The engine's result; None for a context read from a snapshot or continued."""
         return self._governed
 
     @property
+    def source(self) -> str:
+        """Where it came from: ``governed``, ``snapshot`` or ``continued``."""
+        if self._governed is not None:
+            return "governed"
+        return "continued" if self._sent is not None else "snapshot"
+
+    @property
     def report(self) -> ContextReport:
-        """The report (built on first access when the context was just governed)."""
+        """The report (built or parsed on first access)."""
         if self._report is None:
-            assert self._governed is not None
-            self._report = self._governed.report
+            if self._governed is not None:
+                self._report = self._governed.report
+            else:
+                assert self._sent is not None
+                self._report = ContextReport.model_validate_json(self._sent.report_json())
         return self._report
+
+    @property
+    def figures(self) -> ContextReport:
+        """The report's figures and steps (its message reports only where ``report`` is
+        built or read: a continued context's holds the new messages' alone)."""
+        return self._figures if self._figures is not None else self.report
+
+    @property
+    def acted(self) -> Acted | None:
+        return None if self._governed is None else self._governed.acted
+
+    @property
+    def prefix_tokens(self) -> int | None:
+        if self._governed is not None:
+            return self._governed.prefix_tokens
+        return self._prefix_tokens
 
     @property
     def tokens(self) -> int:
@@ -129,7 +190,21 @@ class GovernedContext:
         included) and the tool definitions sent beside them, as the x-ray adds them up."""
         if self._governed is not None:
             return self._governed.tokens_after + self._governed.tool_definition_tokens
-        return self.report.tokens_after + self.report.tool_definition_tokens
+        figures = self.figures
+        return figures.tokens_after + figures.tool_definition_tokens
+
+    def messages_json(self) -> bytes:
+        """The messages as JSON (what the API answers with)."""
+        if self._sent is not None:
+            return self._sent.messages
+        return ModelMessagesTypeAdapter.dump_json(self.messages)
+
+    def report_json(self) -> bytes:
+        """The report as JSON (what the API answers with)."""
+        if self._sent is not None and self._report is None:
+            return self._sent.report_json()
+        report = self.report
+        return report.__pydantic_serializer__.to_json(report)
 
     def seq_of(self, index: int | None) -> int | None:
         """The log seq of an effective-history index of the report (None: a record's own
@@ -176,19 +251,37 @@ def send_context(session: AgentSession) -> GovernedContext:
 
 def _send(session: AgentSession) -> tuple[GovernedContext, int | None]:
     """The context sent, and its number among the session's requests (None: not recorded,
-    other processes kept winning the race)."""
+    other processes kept winning the race). It is continued from the last request sent when
+    the engine can (``sessions.services.continuing``), and governed whole otherwise."""
+    policy = session_policy(session)
+    tools = session_tools(session).total
     for _ in range(SEND_ATTEMPTS):
-        context, stored, state = _context(session, None, None, send=True)
-        assert stored is not None
+        stored = stored_state(session)
+        found = continued_request(session, stored, policy, tools)
+        if found is not None:
+            context = GovernedContext.continued(session, found)
+            _store_evicted(session, found.evicted, set(found.figures.evicted_refs))
+            sent = Sent(context.figures, None, found.prefix_tokens, found.last_seq)
+            if record_sent(session, stored, found.state, sent):
+                remember(session, found.entry)
+                return context, stored.version + 1
+            continue
+        context, whole, state, history = _context(session, None, None, send=True)
+        assert whole is not None
         assert state is not None
+        assert history is not None
+        governed = context.governed
+        action = "" if governed.acted is None else action_words(context.report, context.seq_of)
         sent = Sent(
-            context.governed,
-            context.governed.tokens_before,
+            context.report,
+            governed.acted,
+            governed.prefix_tokens,
             max((seq for seq in context.seqs if seq is not None), default=-1),
-            partial(action_words, seq_of=context.seq_of),
+            action,
         )
-        if record_sent(session, stored, state, sent):
-            return context, stored.version + 1
+        if record_sent(session, whole, state, sent):
+            remember_whole(session, whole.version + 1, context, history)
+            return context, whole.version + 1
     log.warning("session %s: sent without recording, %d writers raced", session.pk, SEND_ATTEMPTS)
     return context, None
 
@@ -200,7 +293,7 @@ SEND_ATTEMPTS = 5
 def refresh_snapshot(session: AgentSession) -> None:
     """Govern the session as it is now and store the snapshot a process that comes to it cold
     reads (``sessions.snapshots``)."""
-    context, stored, _ = _context(session, None, None)
+    context, stored, _, _ = _context(session, None, None)
     assert stored is not None
     key = snapshots.key(session, context.pinned, stored.version)
     snapshots.write(session, key, context.messages, context.report, context.seqs)
@@ -212,9 +305,9 @@ def _context(
     model: str | None,
     *,
     send: bool = False,
-) -> tuple[GovernedContext, StoredState | None, dict[str, Any] | None]:
+) -> tuple[GovernedContext, StoredState | None, dict[str, Any] | None, EffectiveHistory | None]:
     """The governed context, the stored state it continued from (None for another policy or
-    model) and, when ``send``, the state the request leaves."""
+    model), and, when ``send``, the state the request leaves and the history governed."""
     wait_for_warm_up(session)
     key = None
     other_model = model if model not in (None, session.model) else None
@@ -228,18 +321,20 @@ def _context(
         if found is not None:
             messages, report, seqs = found
             _warm_up_later(session)
-            return GovernedContext(session, messages, seqs, pins, report=report), stored, None
+            context = GovernedContext(session, messages, seqs, pins, report=report)
+            return context, stored, None, None
     history = effective_history(session)
     pins = list(history.state.pins)
     governor = history.governor(policy or session_policy(session), other_model or session.model)
     governed = _govern(session, history, governor, stored, other_model)
-    if governed.evicted:
-        _store_evicted(session, history, governed)
+    _store_evicted(session, governed.evicted, history.evicted_refs)
     seqs = [source.seq for source in history.sources]
     context = GovernedContext(session, governed.messages, seqs, pins, governed=governed)
     if key is not None:
         snapshots.write(session, key, context.messages, context.report, context.seqs)
-    return context, stored, governor.state() if send else None
+    if not send:
+        return context, stored, None, None
+    return context, stored, governor.state(), history
 
 
 def _govern(
@@ -315,9 +410,10 @@ def wait_for_warm_up(session: AgentSession, timeout: float | None = None) -> Non
         thread.join(timeout)
 
 
-def _store_evicted(session: AgentSession, history: EffectiveHistory, governed: Governed) -> None:
-    """Keep the full texts of evicted outputs (once per reference and session)."""
-    new = {ref: text for ref, text in governed.evicted.items() if ref not in history.evicted_refs}
+def _store_evicted(session: AgentSession, evicted: dict[str, str], known: set[str]) -> None:
+    """Keep the full texts of evicted outputs (once per reference and session); ``known``:
+    the references known to be stored, updated."""
+    new = {ref: text for ref, text in evicted.items() if ref not in known}
     if not new:
         return
     tokenizer = tokenizer_for(session.model)
@@ -328,7 +424,7 @@ def _store_evicted(session: AgentSession, history: EffectiveHistory, governed: G
         ],
         ignore_conflicts=True,
     )
-    history.evicted_refs.update(new)
+    known.update(new)
 
 
 # What ``eviction_ref`` makes; anything else (a NUL character, a path) names nothing stored.

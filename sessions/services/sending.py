@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from ctxhub.governance import ContextReport, Governed
+from ctxhub.governance import Acted, ContextReport
 from sessions.models import AgentSession, SentRequest, SessionGovernor
 
 GOVERNOR_ACTIONS = ("high_water", "over_budget", "trigger", "always")
@@ -64,11 +64,13 @@ def stored_state(session: AgentSession) -> StoredState:
 class Sent:
     """What a request sent carried, as the Governor reported it."""
 
-    governed: Governed
-    history_tokens: int
+    figures: ContextReport
+    """The report's figures (its message reports are not read)."""
+    acted: Acted | None
+    prefix_tokens: int | None
     last_seq: int
-    describe: Callable[[ContextReport], str]
-    """The action in words, from the report (built only for a request that acted)."""
+    action: str = ""
+    """The action in words (``action_words``), for a request that acted."""
 
 
 def record_sent(
@@ -77,11 +79,9 @@ def record_sent(
     """Store the state a request left and record the request, if the stored state is still the
     one ``read``; False when another process sent a request of the session since (the caller
     governs again from that one's state)."""
-    governed = sent.governed
+    figures = sent.figures
     number = read.version + 1
     key = governor_key(session)
-    acted = governed.acted or ""
-    action = "" if governed.acted is None else sent.describe(governed.report)
     try:
         with transaction.atomic():
             if read.version == 0:
@@ -98,14 +98,14 @@ def record_sent(
                 session=session,
                 number=number,
                 last_seq=sent.last_seq,
-                tokens=governed.tokens_after,
-                tool_tokens=governed.tool_definition_tokens,
-                history_tokens=sent.history_tokens,
-                prefix_tokens=governed.prefix_tokens,
-                window_tokens=governed.window_tokens,
-                budget_tokens=governed.budget_tokens,
-                acted=acted,
-                action=action,
+                tokens=figures.tokens_after,
+                tool_tokens=figures.tool_definition_tokens,
+                history_tokens=figures.tokens_before,
+                prefix_tokens=sent.prefix_tokens,
+                window_tokens=figures.window_tokens,
+                budget_tokens=figures.budget_tokens,
+                acted=sent.acted or "",
+                action=sent.action,
                 state=read.state,
                 key=key,
             )

@@ -83,7 +83,7 @@ def test_a_write_over_a_state_another_process_replaced_is_refused(alice: Any) ->
     read = stored_state(session)
     services.send_context(session)  # another process sends first
     context = services.governed_context(session)
-    sent = Sent(context.governed, 0, 0, lambda report: "")
+    sent = Sent(context.report, None, None, 0)
     assert not record_sent(session, read, {}, sent)
     assert SessionGovernor.objects.get(session=session).version == 1
     assert SentRequest.objects.filter(session=session).count() == 1

@@ -60,7 +60,8 @@ def context(
         found = services.send_context(session)
     else:
         found = services.governed_context(session, policy=policy, model=model)
-    return _context_answer(found.messages, found.report)
+    body = b'{"messages":' + found.messages_json() + b',"report":' + found.report_json() + b"}"
+    return HttpResponse(body, content_type="application/json")
 
 
 @router.post("/govern", response={200: GovernOut, **ERRORS}, tags=["context"])

@@ -1,0 +1,250 @@
+"""A session's next request from the last one it sent and the new messages alone.
+
+Between its Governor's actions a session's next request is the last one sent with the new
+messages appended (``ctxhub.governance.continuation``). So the hub keeps the last request each
+session sent in the shared cache (Redis in production): its messages and report as the JSON the
+API answers with, and what the engine needs to go on from it. A process sending the next
+request (``send_context``) reads that, the stored Governor state and the messages appended
+since, and answers from them, in time and reads that grow with the new messages, not with the
+history: a web process that never held the session, a restarted one, a worker. Where the
+engine cannot be sure of the answer that way (an action is due, pair repair would reach back,
+the entry is gone or stale), the whole history is governed as before, and the entry written
+anew from that.
+
+The entry is derived data: it is used only when it is the request of the stored state's
+version, made from this session's records, policy, model, window and tools, by this engine; a
+missing one costs a full governance, nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.core.cache import cache
+from django.db.models import TextField
+from django.db.models.functions import Cast
+from pydantic import TypeAdapter, ValidationError
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from ctxhub.governance import ContextReport, Policy
+from ctxhub.governance.continuation import LastRequest, continued
+from ctxhub.governance.facts import MessageFacts
+from ctxhub.governance.governor import GovernorState
+from ctxhub.governance.report import MessageReport
+from ctxhub.governance.tokens import tokenizer_for
+from sessions.history import EffectiveHistory, log_heads
+from sessions.models import AgentSession, Message
+from sessions.services.sending import StoredState
+
+if TYPE_CHECKING:
+    from sessions.services.governed import GovernedContext
+
+CACHE_SECONDS = 6 * 3600
+"""How long the last request of a session no request was sent for stays in the cache."""
+
+_REPORTS = TypeAdapter(list[MessageReport])
+_NO_ENTRIES = b'"messages":[]'
+
+
+def _cache_key(session_id: Any) -> str:
+    return f"last-request:{session_id}"
+
+
+def decided_by(session: AgentSession, revision: int) -> str:
+    """What decides a session's requests besides its log and Governor state: its records
+    (their revision), policy, model, window and tool definitions, and the engine's code."""
+    from sessions.snapshots import engine_fingerprint
+
+    decided = {
+        "revision": revision,
+        "policy": session.policy or {},
+        "model": session.model,
+        "window": session.context_window,
+        "tools": session.tool_definitions or [],
+        "engine": engine_fingerprint(),
+    }
+    return hashlib.sha256(json.dumps(decided, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SentJSON:
+    """A request as the API answers with it: its messages and report, as JSON."""
+
+    messages: bytes
+    """The messages, a JSON array."""
+    report: bytes
+    """The report without its message reports (``"messages":[]``)."""
+    entries: bytes
+    """The message reports, comma-separated (what goes between the brackets)."""
+    seqs: bytes
+    """The log seq of each position of the history, a JSON array."""
+
+    def report_json(self) -> bytes:
+        return self.report.replace(_NO_ENTRIES, b'"messages":[' + self.entries + b"]", 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """A request continued from the last one (``continued_request``)."""
+
+    json: SentJSON
+    figures: ContextReport
+    """The report's figures and steps (its message reports: the new messages' only)."""
+    added: list[ModelMessage]
+    evicted: dict[str, str]
+    state: dict[str, Any]
+    prefix_tokens: int
+    last_seq: int
+    """The newest log seq the request carries."""
+    pins: list[int]
+    entry: dict[str, Any]
+    """The cache entry the request leaves (written once it is recorded: ``remember``)."""
+
+
+def continued_request(
+    session: AgentSession, stored: StoredState, policy: Policy, tool_tokens: int
+) -> Continuation | None:
+    """The session's next request continued from the last one sent, if the cache holds that
+    one as of ``stored`` and the engine can continue it under ``policy`` (the session's) with
+    ``tool_tokens`` of tool definitions; None otherwise (the caller governs the whole
+    history)."""
+    if stored.state is None:
+        return None
+    entry = cache.get(_cache_key(session.pk))
+    if not isinstance(entry, dict) or entry.get("version") != stored.version:
+        return None
+    revision, newest = log_heads(session)
+    if entry["decided_by"] != decided_by(session, revision) or newest <= entry["last_seq"]:
+        return None
+    tokenizer = tokenizer_for(session.model)
+    rows = list(
+        Message.objects.filter(session=session, seq__gt=entry["last_seq"])
+        .order_by("seq")
+        .annotate(raw=Cast("payload", output_field=TextField()))
+        .values_list("seq", "facts", "encoding", "raw")
+    )
+    try:
+        facts = [_facts(data, encoding, tokenizer.encoding_name) for _, data, encoding, _ in rows]
+        tail = [MessageFacts.from_json(data) for data in entry["tail"]]
+        state = GovernorState.model_validate(stored.state)
+    except (ValueError, ValidationError):
+        return None  # facts of another version or encoding: the full path counts them again
+    new = ModelMessagesTypeAdapter.validate_json(
+        b"[" + b",".join(raw.encode() for *_, raw in rows) + b"]"
+    )
+    if entry["kept_instructions"] and any(f.instructions for f in facts):
+        return None  # what a clear kept is stated again: the history is built without it
+    last = LastRequest(
+        entry["count"],
+        ModelMessagesTypeAdapter.validate_json(entry["last_message"])[0],
+        ContextReport.model_validate_json(entry["report"]),
+        state,
+        tail,
+        entry["acted"],
+    )
+    found = continued(
+        policy,
+        last,
+        new,
+        facts,
+        model=session.model,
+        tool_tokens=tool_tokens,
+        context_window_tokens=session.context_window,
+    )
+    if found is None:
+        return None
+    seqs = [seq for seq, *_ in rows]
+    sent = SentJSON(
+        _grown(entry["messages"], ModelMessagesTypeAdapter.dump_json(found.added)),
+        found.report.model_copy(update={"messages": []}).model_dump_json().encode(),
+        _joined(entry["entries"], _REPORTS.dump_json(found.added_reports)[1:-1]),
+        _grown(entry["seqs"], json.dumps(seqs).encode()),
+    )
+    grown_entry = {
+        **entry,
+        "version": stored.version + 1,
+        "last_seq": seqs[-1],
+        **_json_fields(sent, last.sent + len(found.added), found.added[-1]),
+        "tail": [f.to_json() for f in (tail + facts)[-2:]],
+        "acted": False,
+    }
+    return Continuation(
+        sent,
+        found.report,
+        found.added,
+        found.evicted,
+        found.state.model_dump(mode="json"),
+        found.prefix_tokens,
+        seqs[-1],
+        entry["pins"],
+        grown_entry,
+    )
+
+
+def remember_whole(
+    session: AgentSession, version: int, context: GovernedContext, history: EffectiveHistory
+) -> None:
+    """Keep a request governed whole, recorded as ``version``, as the session's last one."""
+    report = context.report
+    whole = context.report_json()
+    head = report.model_copy(update={"messages": []}).model_dump_json().encode()
+    before, after = head.split(_NO_ENTRIES, 1)
+    entries = whole[len(before) + len(b'"messages":[') : len(whole) - len(after) - 1]
+    messages = context.messages
+    sent = SentJSON(context.messages_json(), head, entries, json.dumps(context.seqs).encode())
+    kept = history.kept
+    remember(
+        session,
+        {
+            "version": version,
+            "decided_by": decided_by(session, history.state.revision),
+            "last_seq": history.last_seq,
+            **_json_fields(sent, len(messages), messages[-1] if messages else None),
+            "tail": [f.to_json() for f in history.facts[-2:]],
+            "acted": context.acted is not None,
+            "kept_instructions": kept is not None and kept.instructions,
+            "pins": context.pinned,
+        },
+    )
+
+
+def remember(session: AgentSession, entry: dict[str, Any]) -> None:
+    """Keep ``entry`` as the session's last request sent."""
+    cache.set(_cache_key(session.pk), entry, CACHE_SECONDS)
+
+
+def forget(session_id: Any) -> None:
+    cache.delete(_cache_key(session_id))
+
+
+def _json_fields(sent: SentJSON, count: int, last: ModelMessage | None) -> dict[str, Any]:
+    return {
+        "messages": sent.messages,
+        "report": sent.report,
+        "entries": sent.entries,
+        "seqs": sent.seqs,
+        "count": count,
+        "last_message": b"" if last is None else ModelMessagesTypeAdapter.dump_json([last]),
+    }
+
+
+def _facts(data: Any, encoding: str, wanted: str) -> MessageFacts:
+    if encoding != wanted:
+        raise ValueError(f"facts counted for {encoding}, not {wanted}")
+    return MessageFacts.from_json(data)
+
+
+def _grown(array: bytes, more: bytes) -> bytes:
+    """A JSON array with the items of the array ``more`` appended."""
+    if more == b"[]":
+        return array
+    if array == b"[]":
+        return more
+    return array[:-1] + b"," + more[1:]
+
+
+def _joined(items: bytes, more: bytes) -> bytes:
+    return more if not items else items if not more else items + b"," + more

@@ -18,9 +18,16 @@ process so nothing is cached in Python:
 * after an append: in a process that governed the session once (from the snapshot, its
   carried state then built in the background), one more message is appended and the governed
   context taken again;
+* sent after an append: a fresh process appends an agent's turn (a tool call and its result)
+  and sends the next request (``send_context``, as the API's ``/context`` does), its answer
+  (messages and report, as JSON) included: continued from the last request sent, kept in the
+  shared cache, and the new messages (``sessions.services.continuing``). A process before it
+  sent the request before (untimed), so it was not an action;
+* sent at an action: the same, the turn's outputs large enough to pass the budget, so the
+  Governor acts and the whole history is governed;
 * two processes taking turns: each has served the session once; then, turn after turn, one
   of them appends an agent's turn (a tool call and its result) and sends the next request
-  (``send_context``, as the API's ``/context`` does, report included), then the other: each
+  (``send_context``, as the API's ``/context`` does, its answer included), then the other: each
   continues from the Governor state the other stored and its own carried work, stale by the
   other's appends. The median of the requests sent is timed.
 
@@ -39,6 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -122,6 +130,28 @@ def measure(what: str, session_id: str) -> float:
         context = services.governed_context(session)
         context.report  # noqa: B018  (built on first access: part of the cost)
         return time.perf_counter() - started
+    if what == "prepare":
+        # Requests until one is no action (a request after a last resort acts again).
+        for _ in range(5):
+            services.append_messages(session, agent_turn(session))
+            if services.send_context(session).acted is None:
+                return 0.0
+        raise SystemExit("the Governor kept acting")
+    if what in ("send", "action"):
+        services.append_messages(session, agent_turn(session, large=what == "action"))
+        started = time.perf_counter()
+        context = services.send_context(session)
+        answer = context.messages_json() + context.report_json()  # the API's answer
+        elapsed = time.perf_counter() - started
+        print(
+            f"{what}: {context.source}, acted {context.acted}, {len(answer):,} bytes",
+            file=sys.stderr,
+        )
+        if what == "send" and context.source != "continued":
+            raise SystemExit("the request after an append was not continued")
+        if what == "action" and context.acted is None:
+            raise SystemExit("the turn did not make the Governor act")
+        return elapsed
     assert what == "append"
     services.governed_context(session).report  # noqa: B018  (this process governed it once)
     # Served from the snapshot, the process builds its carried state in the background; an
@@ -137,6 +167,28 @@ def measure(what: str, session_id: str) -> float:
     context = services.governed_context(session)
     context.report  # noqa: B018
     return time.perf_counter() - started
+
+
+def agent_turn(session: Any, *, large: bool = False) -> list[Any]:
+    """An agent's turn: a response with tool calls and the request with their results; with
+    ``large``, outputs enough to pass the history's budget (each under the eviction
+    threshold, so none is evicted: the Governor must act)."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+
+    from sessions.services.governed import session_policy, session_window
+
+    calls = 1
+    output = "x = 1\n" * 300
+    if large:
+        budget = session_policy(session).history_budget(session_window(session))
+        calls = budget // 15_000 + 1
+        output = "\n".join(f"value_{n} = {n} * {n}" for n in range(1_300))  # ~15k tokens
+    base = f"bench_{time.monotonic_ns()}"
+    ids = [f"{base}_{n}" for n in range(calls)]
+    return [
+        ModelResponse(parts=[ToolCallPart("read_file", {"path": "a.py"}, i) for i in ids]),
+        ModelRequest(parts=[ToolReturnPart("read_file", output, i) for i in ids]),
+    ]
 
 
 ROUNDS = 20
@@ -164,7 +216,8 @@ def serve(session_id: str) -> None:
                 ],
             )
         started = time.perf_counter()
-        services.send_context(session).report  # noqa: B018  (the API's answer carries it)
+        context = services.send_context(session)
+        context.messages_json() + context.report_json()  # the API's answer
         print(time.perf_counter() - started if word == "turn" else 0.0, flush=True)
 
 
@@ -217,7 +270,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", choices=["agentic", "chatty"], default="agentic")
     parser.add_argument("--messages", type=int, default=MESSAGES)
-    parser.add_argument("--measure", choices=["baseline", "first", "fresh", "append"])
+    parser.add_argument(
+        "--measure", choices=["baseline", "first", "fresh", "append", "prepare", "send", "action"]
+    )
     parser.add_argument("--session")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -235,13 +290,17 @@ def main() -> None:
         "fresh": [],
         "append": [],
         "turns": [],
+        "action": [],
+        "send": [],
     }
     for _ in range(REPEATS):
         for what in results:
             if what == "turns":
                 results[what].append(taking_turns(session_id))
-            else:
-                results[what].append(in_fresh_process(what, session_id))
+                continue
+            if what == "send":
+                in_fresh_process("prepare", session_id)  # the request before: no action
+            results[what].append(in_fresh_process(what, session_id))
     medians = {what: statistics.median(times) for what, times in results.items()}
     base = medians["baseline"]
     print(f"\n{args.profile} session, {args.messages:,} messages, medians of {REPEATS} runs\n")
@@ -253,6 +312,8 @@ def main() -> None:
         "fresh": "≤ 0.2",
         "append": "≤ 0.05",
         "turns": "≤ 0.05",
+        "action": "≤ 0.5",
+        "send": "≤ 0.05",
     }
     labels = {
         "baseline": "load + parse the whole log (baseline)",
@@ -260,6 +321,8 @@ def main() -> None:
         "fresh": "governed context + report, fresh process",
         "append": "governed context + report after one append",
         "turns": "request sent + report, two processes taking turns",
+        "action": "request sent + answer, fresh process, at the Governor's action",
+        "send": "request sent + answer after an append, fresh process",
     }
     for what, median in medians.items():
         print(f"| {labels[what]} | {median:.3f} | {median / base:.3f} | {targets[what]} |")

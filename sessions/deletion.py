@@ -5,14 +5,18 @@ it lets through is of the events of a session being deleted, which the deleting 
 names here before the cascade reaches them. A session goes through the ORM (Django admin, a
 user's deletion), which announces each one it deletes (``pre_delete``) inside the transaction
 that deletes it.
+
+The last request a session sent is kept in the shared cache (``sessions.services.continuing``):
+it goes with the session, once the deletion commits.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from django.db import connections
-from django.db.models.signals import pre_delete
+from django.db import connections, transaction
+from django.db.models.signals import post_delete, pre_delete
 from django.dispatch import receiver
 
 from sessions.models import AgentSession
@@ -33,3 +37,10 @@ def _announce(sender: type[AgentSession], instance: AgentSession, using: str, **
             " true)",
             [DELETING, DELETING, str(instance.pk)],
         )
+
+
+@receiver(post_delete, sender=AgentSession)
+def _forget(sender: type[AgentSession], instance: AgentSession, using: str, **_: Any) -> None:
+    from sessions.services.continuing import forget
+
+    transaction.on_commit(partial(forget, instance.pk), using=using)

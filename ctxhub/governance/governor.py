@@ -19,14 +19,15 @@ messages (``WorkCache``); dropping it changes no request.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
+from dataclasses import fields
 from hashlib import blake2b
 from threading import Lock
 from typing import Any, Literal, Self
 
 from pydantic import Field
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_core import to_json
 
 from ._work import Work
 from .actions import action_due, cheapest_action
@@ -405,11 +406,18 @@ def chained(digest: str, facts: Iterable[MessageFacts]) -> str:
     Timestamps are left out: providers are not sent them, and a client that omits them gets
     new ones each time its history is parsed."""
     for fact in facts:
-        value = fact.to_json()
-        del value["timestamp"]
-        line = json.dumps(value, sort_keys=True).encode()
+        line = to_json([_sorted(getattr(fact, name)) for name in _DIGESTED])
         digest = blake2b(digest.encode() + b"\n" + line, digest_size=16).hexdigest()
     return digest
+
+
+_DIGESTED = tuple(f.name for f in fields(MessageFacts) if f.name != "timestamp")
+"""What a digest covers of each message's facts: all but the time."""
+
+
+def _sorted(value: object) -> object:
+    """A set's items in order (their iteration order differs from process to process)."""
+    return sorted(value) if isinstance(value, frozenset) else value
 
 
 def message_digest(message: ModelMessage) -> str:

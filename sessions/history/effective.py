@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Subquery, Sum, TextField
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
+from pydantic_core import from_json
 
 from ctxhub.governance import Governor, Policy
 from ctxhub.governance.counting import MARK
@@ -258,17 +259,29 @@ def _log_rows(
     """(seq, facts) of the log messages after ``after_seq`` the records leave visible.
     ``payloads``: also read their raw payloads into it, in the same query (for the few
     messages appended since a history was built: the engine reads each of them)."""
-    rows = _visible(session_id, state, after_seq).order_by("seq")
+    # The facts as text, decoded in one pass: JSON decoded row by row costs more than the rest
+    # of building a long history.
+    rows = (
+        _visible(session_id, state, after_seq)
+        .order_by("seq")
+        .annotate(facts_text=Cast("facts", output_field=TextField()))
+    )
     if payloads is None:
-        found = list(rows.values_list("seq", "facts", "encoding"))
+        found = list(rows.values_list("seq", "facts_text", "encoding"))
     else:
         with_raw = rows.annotate(raw=Cast("payload", output_field=TextField()))
         found = []
-        for seq, data, encoding, raw in with_raw.values_list("seq", "facts", "encoding", "raw"):
-            found.append((seq, data, encoding))
+        for seq, text, encoding, raw in with_raw.values_list(
+            "seq", "facts_text", "encoding", "raw"
+        ):
+            found.append((seq, text, encoding))
             payloads[seq] = raw
     wanted = tokenizer.encoding_name
-    parsed = [(seq, _facts(data, encoding, wanted)) for seq, data, encoding in found]
+    decoded = from_json("[" + ",".join(text or "null" for _, text, _ in found) + "]")
+    parsed = [
+        (seq, _facts(data, encoding, wanted))
+        for (seq, _, encoding), data in zip(found, decoded, strict=True)
+    ]
     stale = [seq for seq, facts in parsed if facts is None]
     refreshed = _refresh_facts(session_id, stale, tokenizer) if stale else {}
     return [(seq, facts if facts is not None else refreshed[seq]) for seq, facts in parsed]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,8 @@ from sessions.services.sending import StoredState
 if TYPE_CHECKING:
     from sessions.services.governed import GovernedContext
 
+log = logging.getLogger(__name__)
+
 CACHE_SECONDS = 6 * 3600
 """How long the last request of a session no request was sent for stays in the cache."""
 
@@ -51,6 +54,15 @@ _NO_ENTRIES = b'"messages":[]'
 
 def _cache_key(session_id: Any) -> str:
     return f"last-request:{session_id}"
+
+
+def _body_key(session_id: Any) -> str:
+    return f"last-request:{session_id}:body"
+
+
+_BODY = ("messages", "entries", "seqs")
+"""What an entry keeps under a key of its own: the JSON that grows with the session, read
+only once the rest of the entry says it is the one wanted."""
 
 
 def decided_by(session: AgentSession, revision: int) -> str:
@@ -93,7 +105,6 @@ class Continuation:
     json: SentJSON
     figures: ContextReport
     """The report's figures and steps (its message reports: the new messages' only)."""
-    added: list[ModelMessage]
     evicted: dict[str, str]
     state: dict[str, Any]
     prefix_tokens: int
@@ -113,12 +124,21 @@ def continued_request(
     history)."""
     if stored.state is None:
         return None
-    entry = cache.get(_cache_key(session.pk))
-    if not isinstance(entry, dict) or entry.get("version") != stored.version:
+    state_digest = _state_digest(stored.state)
+    entry = _read(_cache_key(session.pk))
+    if (
+        not isinstance(entry, dict)
+        or entry.get("version") != stored.version
+        or entry.get("state") != state_digest
+    ):
         return None
     revision, newest = log_heads(session)
     if entry["decided_by"] != decided_by(session, revision) or newest <= entry["last_seq"]:
         return None
+    body = _read(_body_key(session.pk))
+    if not isinstance(body, dict) or body.get("state") != state_digest:
+        return None  # written apart from the rest: another request's, or gone
+    entry = {**entry, **body}
     tokenizer = tokenizer_for(session.model)
     rows = list(
         Message.objects.filter(session=session, seq__gt=entry["last_seq"])
@@ -163,9 +183,11 @@ def continued_request(
         _joined(entry["entries"], _REPORTS.dump_json(found.added_reports)[1:-1]),
         _grown(entry["seqs"], json.dumps(seqs).encode()),
     )
+    state_json = found.state.model_dump(mode="json")
     grown_entry = {
         **entry,
         "version": stored.version + 1,
+        "state": _state_digest(state_json),
         "last_seq": seqs[-1],
         **_json_fields(sent, last.sent + len(found.added), found.added[-1]),
         "tail": [f.to_json() for f in (tail + facts)[-2:]],
@@ -174,9 +196,8 @@ def continued_request(
     return Continuation(
         sent,
         found.report,
-        found.added,
         found.evicted,
-        found.state.model_dump(mode="json"),
+        state_json,
         found.prefix_tokens,
         seqs[-1],
         entry["pins"],
@@ -185,9 +206,14 @@ def continued_request(
 
 
 def remember_whole(
-    session: AgentSession, version: int, context: GovernedContext, history: EffectiveHistory
+    session: AgentSession,
+    version: int,
+    state: dict[str, Any],
+    context: GovernedContext,
+    history: EffectiveHistory,
 ) -> None:
-    """Keep a request governed whole, recorded as ``version``, as the session's last one."""
+    """Keep a request governed whole, recorded as ``version`` with the Governor ``state`` it
+    left, as the session's last one."""
     report = context.report
     whole = context.report_json()
     head = report.model_copy(update={"messages": []}).model_dump_json().encode()
@@ -200,6 +226,7 @@ def remember_whole(
         session,
         {
             "version": version,
+            "state": _state_digest(state),
             "decided_by": decided_by(session, history.state.revision),
             "last_seq": history.last_seq,
             **_json_fields(sent, len(messages), messages[-1] if messages else None),
@@ -213,11 +240,34 @@ def remember_whole(
 
 def remember(session: AgentSession, entry: dict[str, Any]) -> None:
     """Keep ``entry`` as the session's last request sent."""
-    cache.set(_cache_key(session.pk), entry, CACHE_SECONDS)
+    head = {key: value for key, value in entry.items() if key not in _BODY}
+    body = {"state": entry["state"], **{key: entry[key] for key in _BODY}}
+    try:
+        cache.set_many({_cache_key(session.pk): head, _body_key(session.pk): body}, CACHE_SECONDS)
+    except Exception:  # the cache is away or full: the next request is governed whole
+        log.warning("session %s: the last request cannot be kept", session.pk, exc_info=True)
 
 
 def forget(session_id: Any) -> None:
-    cache.delete(_cache_key(session_id))
+    """Drop the session's last request from the cache (the next is governed whole)."""
+    try:
+        cache.delete_many([_cache_key(session_id), _body_key(session_id)])
+    except Exception:  # the cache is away: the entry expires
+        log.warning("session %s: the last request cannot be dropped", session_id, exc_info=True)
+
+
+def _read(key: str) -> Any:
+    try:
+        return cache.get(key)
+    except Exception:  # the cache is away: the request is governed whole
+        log.warning("the last request cannot be read (%s)", key, exc_info=True)
+        return None
+
+
+def _state_digest(state: dict[str, Any]) -> str:
+    """What tells the Governor state an entry was left with apart (a version number alone
+    could be reused by a request whose recording rolled back)."""
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
 def _json_fields(sent: SentJSON, count: int, last: ModelMessage | None) -> dict[str, Any]:

@@ -260,7 +260,7 @@ def _send(session: AgentSession) -> tuple[GovernedContext, int | None]:
         found = continued_request(session, stored, policy, tools)
         if found is not None:
             context = GovernedContext.continued(session, found)
-            _store_evicted(session, found.evicted, set(found.figures.evicted_refs))
+            _store_evicted(session, found.evicted, set())  # the new messages' alone
             sent = Sent(context.figures, None, found.prefix_tokens, found.last_seq)
             if record_sent(session, stored, found.state, sent):
                 remember(session, found.entry)
@@ -280,7 +280,7 @@ def _send(session: AgentSession) -> tuple[GovernedContext, int | None]:
             action,
         )
         if record_sent(session, whole, state, sent):
-            remember_whole(session, whole.version + 1, context, history)
+            remember_whole(session, whole.version + 1, state, context, history)
             return context, whole.version + 1
     log.warning("session %s: sent without recording, %d writers raced", session.pk, SEND_ATTEMPTS)
     return context, None

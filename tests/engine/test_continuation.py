@@ -22,9 +22,7 @@ from tests.messages import agent_turns, tool_call, tool_result, user, words
 pytestmark = pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
 
 
-def _walk(
-    history: list[ModelMessage], policy: Policy, tool_tokens: int = 0
-) -> tuple[int, int]:
+def _walk(history: list[ModelMessage], policy: Policy, tool_tokens: int = 0) -> tuple[int, int]:
     """Govern every request of ``history`` with one Governor, as a hub would from stored facts,
     and continue each from the one before: wherever a continuation answers, it is the
     Governor's request. How many requests were continued, of how many that could be."""

@@ -32,6 +32,7 @@ from ctxhub.governance.tokens import context_window, tokenizer_for
 from sessions import snapshots, telemetry
 from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
 from sessions.models import AgentSession, EvictedOutput
+from sessions.services.collector import collector_paused
 from sessions.services.continuing import (
     Continuation,
     SentJSON,
@@ -227,7 +228,7 @@ def governed_context(
     background, so the request after the next append is governed warm); otherwise the session
     is governed cold and the snapshot written for the next process.
     """
-    with telemetry.governing(session, sent=False, model=model) as span:
+    with telemetry.governing(session, sent=False, model=model) as span, collector_paused():
         context = _context(session, policy, model)[0]
         telemetry.governed(
             span,
@@ -266,22 +267,23 @@ def _send(session: AgentSession) -> tuple[GovernedContext, int | None]:
                 remember(session, found.entry)
                 return context, stored.version + 1
             continue
-        context, whole, state, history = _context(session, None, None, send=True)
-        assert whole is not None
-        assert state is not None
-        assert history is not None
-        governed = context.governed
-        action = "" if governed.acted is None else action_words(context.report, context.seq_of)
-        sent = Sent(
-            context.report,
-            governed.acted,
-            governed.prefix_tokens,
-            max((seq for seq in context.seqs if seq is not None), default=-1),
-            action,
-        )
-        if record_sent(session, whole, state, sent):
-            remember_whole(session, whole.version + 1, state, context, history)
-            return context, whole.version + 1
+        with collector_paused():
+            context, whole, state, history = _context(session, None, None, send=True)
+            assert whole is not None
+            assert state is not None
+            assert history is not None
+            governed = context.governed
+            words = action_words(context.report, context.seq_of) if governed.acted else ""
+            sent = Sent(
+                context.report,
+                governed.acted,
+                governed.prefix_tokens,
+                max((seq for seq in context.seqs if seq is not None), default=-1),
+                words,
+            )
+            if record_sent(session, whole, state, sent):
+                remember_whole(session, whole.version + 1, state, context, history)
+                return context, whole.version + 1
     log.warning("session %s: sent without recording, %d writers raced", session.pk, SEND_ATTEMPTS)
     return context, None
 
@@ -293,7 +295,8 @@ SEND_ATTEMPTS = 5
 def refresh_snapshot(session: AgentSession) -> None:
     """Govern the session as it is now and store the snapshot a process that comes to it cold
     reads (``sessions.snapshots``)."""
-    context, stored, _, _ = _context(session, None, None)
+    with collector_paused():
+        context, stored, _, _ = _context(session, None, None)
     assert stored is not None
     key = snapshots.key(session, context.pinned, stored.version)
     snapshots.write(session, key, context.messages, context.report, context.seqs)
@@ -375,10 +378,11 @@ class _WarmUp(threading.Thread):
     def run(self) -> None:
         self.now.wait(WARM_UP_DELAY_SECONDS)
         try:
-            history = effective_history(self.session)
-            governor = history.governor(session_policy(self.session), self.session.model)
-            governed = _govern(self.session, history, governor, stored_state(self.session))
-            _ = governed.report
+            with collector_paused():
+                history = effective_history(self.session)
+                governor = history.governor(session_policy(self.session), self.session.model)
+                governed = _govern(self.session, history, governor, stored_state(self.session))
+                _ = governed.report
         except Exception:  # only a warm-up: the next call governs cold and says why if it fails
             log.exception("warming up session %s failed", self.session.pk)
         finally:

@@ -320,7 +320,7 @@ def main() -> None:
         "first": "governed context + report, never governed before",
         "fresh": "governed context + report, fresh process",
         "append": "governed context + report after one append",
-        "turns": "request sent + report, two processes taking turns",
+        "turns": "request sent + answer, two processes taking turns",
         "action": "request sent + answer, fresh process, at the Governor's action",
         "send": "request sent + answer after an append, fresh process",
     }

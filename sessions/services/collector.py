@@ -4,8 +4,8 @@ Governing a long stored history whole makes hundreds of thousands of objects tha
 messages' facts, the report's entries). Each time enough of them pile up, the collector walks
 every object the process holds, these included, so a build of 20,000 messages spent a third of
 its time in collections that found nothing to free. Paused, the collector walks them once,
-later. The pause is the process's: overlapping ones (threads governing at once) end with the
-last, and the collector comes back as it was.
+as the pause ends. The pause is the process's: overlapping ones (threads governing at once)
+end with the last, and the collector comes back as it was.
 """
 
 from __future__ import annotations
@@ -33,5 +33,11 @@ def collector_paused() -> Iterator[None]:
     finally:
         with _lock:
             _pauses -= 1
-            if _pauses == 0 and _was_enabled:
+            resume = _pauses == 0 and _was_enabled
+            if resume:
                 gc.enable()
+        if resume:
+            # Everything made meanwhile is still young: one collection now walks it once and
+            # moves what lives on past the young generations, here rather than in whatever
+            # request allocates next.
+            gc.collect(1)

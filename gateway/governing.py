@@ -62,7 +62,7 @@ class GovernedRequest:
 def governed_request(session: AgentSession, request: WireRequest, wire: Any) -> GovernedRequest:
     """The request the upstream gets for ``request`` in govern mode."""
     context = send_context(session)
-    kept = [entry for entry in context.report.messages if entry.kept]
+    kept = context.sent_reports()
     sources = []
     for entry in kept:
         seq = context.seq_of(entry.index)

@@ -60,7 +60,7 @@ def _body_key(session_id: Any) -> str:
     return f"last-request:{session_id}:body"
 
 
-_BODY = ("messages", "entries", "seqs")
+_BODY = ("messages", "entries", "seqs", "kept")
 """What an entry keeps under a key of its own: the JSON that grows with the session, read
 only once the rest of the entry says it is the one wanted."""
 
@@ -93,6 +93,9 @@ class SentJSON:
     """The message reports, comma-separated (what goes between the brackets)."""
     seqs: bytes
     """The log seq of each position of the history, a JSON array."""
+    kept: bytes
+    """The reports of the messages sent, in order, a JSON array (what the gateway writes the
+    request from)."""
 
     def report_json(self) -> bytes:
         return self.report.replace(_NO_ENTRIES, b'"messages":[' + self.entries + b"]", 1)
@@ -150,11 +153,13 @@ def continued_request(
         facts = [_facts(data, encoding, tokenizer.encoding_name) for _, data, encoding, _ in rows]
         tail = [MessageFacts.from_json(data) for data in entry["tail"]]
         state = GovernorState.model_validate(stored.state)
+        new = ModelMessagesTypeAdapter.validate_json(
+            b"[" + b",".join(raw.encode() for *_, raw in rows) + b"]"
+        )
     except (ValueError, ValidationError):
-        return None  # facts of another version or encoding: the full path counts them again
-    new = ModelMessagesTypeAdapter.validate_json(
-        b"[" + b",".join(raw.encode() for *_, raw in rows) + b"]"
-    )
+        # Facts of another version or encoding, a message that no longer reads: the whole
+        # history's governance counts them again, or says what cannot be read.
+        return None
     if entry["kept_instructions"] and any(f.instructions for f in facts):
         return None  # what a clear kept is stated again: the history is built without it
     last = LastRequest(
@@ -182,6 +187,7 @@ def continued_request(
         found.report.model_copy(update={"messages": []}).model_dump_json().encode(),
         _joined(entry["entries"], _REPORTS.dump_json(found.added_reports)[1:-1]),
         _grown(entry["seqs"], json.dumps(seqs).encode()),
+        _grown(entry["kept"], _REPORTS.dump_json(found.added_reports)),
     )
     state_json = found.state.model_dump(mode="json")
     grown_entry = {
@@ -220,8 +226,9 @@ def remember_whole(
     before, after = head.split(_NO_ENTRIES, 1)
     entries = whole[len(before) + len(b'"messages":[') : len(whole) - len(after) - 1]
     messages = context.messages
-    sent = SentJSON(context.messages_json(), head, entries, json.dumps(context.seqs).encode())
-    kept = history.kept
+    kept = _REPORTS.dump_json([entry for entry in report.messages if entry.kept])
+    sent = SentJSON(context.messages_json(), head, entries, json.dumps(context.seqs).encode(), kept)
+    held = history.kept
     remember(
         session,
         {
@@ -232,7 +239,7 @@ def remember_whole(
             **_json_fields(sent, len(messages), messages[-1] if messages else None),
             "tail": [f.to_json() for f in history.facts[-2:]],
             "acted": context.acted is not None,
-            "kept_instructions": kept is not None and kept.instructions,
+            "kept_instructions": held is not None and held.instructions,
             "pins": context.pinned,
         },
     )
@@ -276,6 +283,7 @@ def _json_fields(sent: SentJSON, count: int, last: ModelMessage | None) -> dict[
         "report": sent.report,
         "entries": sent.entries,
         "seqs": sent.seqs,
+        "kept": sent.kept,
         "count": count,
         "last_message": b"" if last is None else ModelMessagesTypeAdapter.dump_json([last]),
     }

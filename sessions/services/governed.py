@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import (
@@ -28,6 +29,7 @@ from ctxhub.governance import (
     is_summary,
     read_evicted,
 )
+from ctxhub.governance.report import MessageReport
 from ctxhub.governance.tokens import context_window, tokenizer_for
 from sessions import snapshots, telemetry
 from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
@@ -45,6 +47,8 @@ from sessions.services.sending import Sent, StoredState, action_words, record_se
 from sessions.services.tools import session_tools
 
 log = logging.getLogger(__name__)
+
+_REPORTS = TypeAdapter(list[MessageReport])
 
 
 def session_policy(session: AgentSession) -> Policy:
@@ -193,6 +197,13 @@ class GovernedContext:
             return self._governed.tokens_after + self._governed.tool_definition_tokens
         figures = self.figures
         return figures.tokens_after + figures.tool_definition_tokens
+
+    def sent_reports(self) -> list[MessageReport]:
+        """The reports of the messages sent, in order (without parsing a continued context's
+        whole report)."""
+        if self._sent is not None and self._report is None:
+            return _REPORTS.validate_json(self._sent.kept)
+        return [entry for entry in self.report.messages if entry.kept]
 
     def messages_json(self) -> bytes:
         """The messages as JSON (what the API answers with)."""

@@ -60,6 +60,7 @@ def _request(session: AgentSession, context: GovernedContext) -> dict[str, Any]:
     return {
         "messages": context.messages_json(),
         "report": context.report_json(),
+        "sent": context.sent_reports(),
         "state": SessionGovernor.objects.get(session=session).state,
         "recorded": recorded,
         "evicted": sorted(
@@ -98,9 +99,12 @@ def test_a_continued_request_parses_its_messages_and_report_only_when_read(alice
     services.append_messages(session, _appends(4)[-1])
     context = services.send_context(session)
     assert context.source == "continued"
-    assert context._messages is None and context._report is None
+    assert context._messages is None
+    assert context._report is None
     body = context.report_json()
     assert context._report is None
     assert context.report.model_dump_json().encode() == body
     assert context.report.messages_before == len(context.seqs)
     assert context.tokens == context.report.tokens_after + context.report.tool_definition_tokens
+    assert context.sent_reports() == [entry for entry in context.report.messages if entry.kept]
+    assert len(context.sent_reports()) == len(context.messages)

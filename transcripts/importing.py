@@ -30,6 +30,7 @@ from ctxhub.governance.facts import message_facts
 from ctxhub.governance.tokens import tokenizer_for
 from sessions.models import AgentSession, Compaction, MessageSource
 from sessions.payloads import message_from_payload, storable_payload
+from sessions.services.collector import collector_paused
 from sessions.services.log import append_messages
 from sessions.services.records import bump_revision, lock_session
 from transcripts import claude_code, codex
@@ -108,7 +109,8 @@ def import_file(
             handle.seek(offset)
             return handle.read(limit)
 
-    return _import(str(path), read_from, owner, format=format, final=final)
+    with collector_paused():
+        return _import(str(path), read_from, owner, format=format, final=final)
 
 
 def import_bytes(name: str, data: bytes, owner: Any, *, format: str | None = None) -> FileImport:
@@ -117,7 +119,8 @@ def import_bytes(name: str, data: bytes, owner: Any, *, format: str | None = Non
     def read_from(offset: int, limit: int = -1) -> bytes:
         return data[offset : None if limit < 0 else offset + limit]
 
-    return _import(name, read_from, owner, format=format, final=True)
+    with collector_paused():
+        return _import(name, read_from, owner, format=format, final=True)
 
 
 def transcript_files(paths: Iterable[Path]) -> Iterator[Path]:

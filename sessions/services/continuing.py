@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.cache import cache
 from django.db.models import TextField
 from django.db.models.functions import Cast
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import ContextReport, Policy
@@ -52,12 +52,17 @@ _REPORTS = TypeAdapter(list[MessageReport])
 _NO_ENTRIES = b'"messages":[]'
 
 
+LAYOUT = 1
+"""The form of an entry: raised when it changes, so processes of two releases serving at once
+(a rolling deploy) never read each other's."""
+
+
 def _cache_key(session_id: Any) -> str:
-    return f"last-request:{session_id}"
+    return f"last-request:{LAYOUT}:{session_id}"
 
 
 def _body_key(session_id: Any) -> str:
-    return f"last-request:{session_id}:body"
+    return f"last-request:{LAYOUT}:{session_id}:body"
 
 
 _BODY = ("messages", "entries", "seqs", "kept")
@@ -127,6 +132,19 @@ def continued_request(
     history)."""
     if stored.state is None:
         return None
+    try:
+        return _continued(session, stored, policy, tool_tokens)
+    except (KeyError, TypeError, ValueError):
+        # An entry that is not what it should be (the cache is shared, and derived): the
+        # whole history is governed instead, and the entry written anew.
+        log.warning("session %s: the last request kept is unreadable", session.pk, exc_info=True)
+        return None
+
+
+def _continued(
+    session: AgentSession, stored: StoredState, policy: Policy, tool_tokens: int
+) -> Continuation | None:
+    assert stored.state is not None
     state_digest = _state_digest(stored.state)
     entry = _read(_cache_key(session.pk))
     if (
@@ -151,15 +169,15 @@ def continued_request(
     )
     try:
         facts = [_facts(data, encoding, tokenizer.encoding_name) for _, data, encoding, _ in rows]
-        tail = [MessageFacts.from_json(data) for data in entry["tail"]]
-        state = GovernorState.model_validate(stored.state)
         new = ModelMessagesTypeAdapter.validate_json(
             b"[" + b",".join(raw.encode() for *_, raw in rows) + b"]"
         )
-    except (ValueError, ValidationError):
+    except ValueError:
         # Facts of another version or encoding, a message that no longer reads: the whole
         # history's governance counts them again, or says what cannot be read.
         return None
+    tail = [MessageFacts.from_json(data) for data in entry["tail"]]
+    state = GovernorState.model_validate(stored.state)
     if entry["kept_instructions"] and any(f.instructions for f in facts):
         return None  # what a clear kept is stated again: the history is built without it
     last = LastRequest(

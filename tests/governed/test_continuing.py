@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from sessions import services
 from sessions.models import AgentSession, EvictedOutput, SentRequest, SessionGovernor
+from sessions.services import continuing
 from sessions.services.continuing import forget
 from sessions.services.governed import GovernedContext
 from sessions.services.tools import set_tools
@@ -108,3 +110,19 @@ def test_a_continued_request_parses_its_messages_and_report_only_when_read(alice
     assert context.tokens == context.report.tokens_after + context.report.tool_definition_tokens
     assert context.sent_reports() == [entry for entry in context.report.messages if entry.kept]
     assert len(context.sent_reports()) == len(context.messages)
+
+
+def test_an_entry_that_is_not_one_is_governed_whole_and_written_anew(alice: Any) -> None:
+    session = make_session(alice, policy=POLICY)
+    appends = _appends(3)
+    for batch in appends[:-1]:
+        services.append_messages(session, batch)
+        services.send_context(session)
+    key = continuing._cache_key(session.pk)
+    entry = cache.get(key)
+    assert isinstance(entry, dict)
+    cache.set(key, {**entry, "tail": [{"v": "garbled"}], "count": "many"})
+    services.append_messages(session, appends[-1])
+    assert services.send_context(session).source == "governed"
+    services.append_messages(session, _appends(4)[-1])
+    assert services.send_context(session).source == "continued"

@@ -8,10 +8,9 @@ from uuid import UUID
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
 from ninja.params import P, QueryEx
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_core import to_json
 
-from ctxhub.governance import ContextReport
 from sessions import services
 from sessions.api.access import need, owned_session, parse_governor, parse_messages, parse_policy
 from sessions.api.schemas import ERRORS, ContextOut, GovernIn, GovernOut
@@ -19,18 +18,17 @@ from sessions.api.schemas import ERRORS, ContextOut, GovernIn, GovernOut
 router = Router()
 
 
-def _context_answer(
-    messages: list[ModelMessage], report: ContextReport, **more: Any
-) -> HttpResponse:
-    """The governed context as ``ContextOut`` JSON (with ``more`` fields), serialised by
-    pydantic's core in one pass: the largest answer the API gives, and an agent asks for it
-    before every model request."""
+def _context_answer(messages: bytes, report: bytes, **more: Any) -> HttpResponse:
+    """The governed context as ``ContextOut`` JSON (with ``more`` fields) from its messages and
+    report as JSON: the largest answer the API gives, and an agent asks for it before every
+    model request (a request continued from the last one is spliced from that one's JSON,
+    never parsed: ``sessions.services.continuing``)."""
     body = b"".join(
         (
             b'{"messages":',
-            ModelMessagesTypeAdapter.dump_json(messages),
+            messages,
             b',"report":',
-            report.__pydantic_serializer__.to_json(report),
+            report,
             *(b"," + to_json(key) + b":" + to_json(value) for key, value in more.items()),
             b"}",
         )
@@ -60,8 +58,7 @@ def context(
         found = services.send_context(session)
     else:
         found = services.governed_context(session, policy=policy, model=model)
-    body = b'{"messages":' + found.messages_json() + b',"report":' + found.report_json() + b"}"
-    return HttpResponse(body, content_type="application/json")
+    return _context_answer(found.messages_json(), found.report_json())
 
 
 @router.post("/govern", response={200: GovernOut, **ERRORS}, tags=["context"])
@@ -73,6 +70,10 @@ def govern_stateless(request: HttpRequest, body: GovernIn) -> HttpResponse:
     messages = parse_messages(body.messages)
     governor = parse_governor(body.state, parse_policy(body.policy), body.model)
     governed = governor.govern(messages, tool_definitions=[tool.as_json() for tool in body.tools])
+    report = governed.report
     return _context_answer(
-        governed.messages, governed.report, state=governor.state(), acted=governed.acted
+        ModelMessagesTypeAdapter.dump_json(governed.messages),
+        report.__pydantic_serializer__.to_json(report),
+        state=governor.state(),
+        acted=governed.acted,
     )

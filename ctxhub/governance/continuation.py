@@ -92,7 +92,8 @@ def continued(
     """The request for the last one's history grown by ``new`` (with their ``new_facts``),
     as a Governor continuing from ``last.state`` sends it; None when only governing the whole
     history can tell (see the module docstring). The caller vouches that the history is the
-    last one's with ``new`` appended, under the same pins."""
+    last one's with ``new`` appended, under the same pins, and that ``policy`` is the one the
+    last request was governed under."""
     state = last.state
     plan = state.plan
     report = last.report

@@ -124,6 +124,8 @@ class GovernedContext:
         self._sent = sent
         self._figures = figures
         self._prefix_tokens = prefix_tokens
+        self._messages_json: bytes | None = None
+        self._report_json: bytes | None = None
 
     @classmethod
     def continued(cls, session: AgentSession, found: Continuation) -> GovernedContext:
@@ -206,17 +208,24 @@ class GovernedContext:
         return [entry for entry in self.report.messages if entry.kept]
 
     def messages_json(self) -> bytes:
-        """The messages as JSON (what the API answers with)."""
-        if self._sent is not None:
-            return self._sent.messages
-        return ModelMessagesTypeAdapter.dump_json(self.messages)
+        """The messages as JSON (what the API answers with; written once: a request sent
+        whole is kept for the next as this JSON too)."""
+        if self._messages_json is None:
+            if self._sent is not None:
+                self._messages_json = self._sent.messages
+            else:
+                self._messages_json = ModelMessagesTypeAdapter.dump_json(self.messages)
+        return self._messages_json
 
     def report_json(self) -> bytes:
-        """The report as JSON (what the API answers with)."""
-        if self._sent is not None and self._report is None:
-            return self._sent.report_json()
-        report = self.report
-        return report.__pydantic_serializer__.to_json(report)
+        """The report as JSON (what the API answers with; written once, as the messages)."""
+        if self._report_json is None:
+            if self._sent is not None and self._report is None:
+                self._report_json = self._sent.report_json()
+            else:
+                report = self.report
+                self._report_json = report.__pydantic_serializer__.to_json(report)
+        return self._report_json
 
     def seq_of(self, index: int | None) -> int | None:
         """The log seq of an effective-history index of the report (None: a record's own
@@ -279,7 +288,7 @@ def _send(session: AgentSession) -> tuple[GovernedContext, int | None]:
                 return context, stored.version + 1
             continue
         with collector_paused():
-            context, whole, state, history = _context(session, None, None, send=True)
+            context, whole, state, history = _context(session, None, None, send=True, stored=stored)
             assert whole is not None
             assert state is not None
             assert history is not None
@@ -319,14 +328,16 @@ def _context(
     model: str | None,
     *,
     send: bool = False,
+    stored: StoredState | None = None,
 ) -> tuple[GovernedContext, StoredState | None, dict[str, Any] | None, EffectiveHistory | None]:
     """The governed context, the stored state it continued from (None for another policy or
-    model), and, when ``send``, the state the request leaves and the history governed."""
+    model; ``stored``: as the caller just read it), and, when ``send``, the state the request
+    leaves and the history governed."""
     wait_for_warm_up(session)
     key = None
     other_model = model if model not in (None, session.model) else None
     own = policy is None and other_model is None
-    stored = stored_state(session) if own else None
+    stored = (stored or stored_state(session)) if own else None
     # Snapshots are for a process that holds nothing of the session, under its own policy.
     if stored is not None and not send and not is_remembered(session):
         pins = pinned_seqs(session)

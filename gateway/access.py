@@ -11,7 +11,6 @@ upstream gets the one the key's owner stored for that provider on the API keys p
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from gateway.storage import stored
 from gateway.upstream import forwarded
 from sessions.api import limits
 from sessions.api.errors import ApiError
-from sessions.api.keys import PREFIX, authenticate
+from sessions.api.keys import FRESH_SECONDS, PREFIX, authenticate, checked_within
 from sessions.models import ApiKey
 
 KEY_HEADER = "x-ctxhub-key"
@@ -32,15 +31,9 @@ AUTH_HEADERS = frozenset({"x-api-key", "authorization", KEY_HEADER})
 ANTHROPIC_OAUTH_PREFIX = "sk-ant-oat"
 ANTHROPIC_OAUTH_BETA = "oauth-2025-04-20"
 
-FRESH_SECONDS = 5.0
-"""How long a key checked against the database (and the provider key its owner stored) is
-taken again without asking it: a busy agent's requests reach the model without a query, and a
-key revoked or a provider key changed on the hub is seen by every process within this time."""
 KNOWN_SECONDS = 300
 """How long a key checked against the database is still taken while the database is away:
 an agent in the middle of its work keeps reaching its model through a short outage."""
-_known: dict[str, tuple[float, ApiKey]] = {}
-"""The keys checked, by their digest: when, and the row."""
 _stored: dict[tuple[int, str], tuple[float, dict[str, str]]] = {}
 """The headers made from the provider key a user stored, by user and provider: when read."""
 
@@ -114,31 +107,21 @@ def upstream_headers(headers: dict[str, str], who: Caller) -> dict[str, str]:
     return sent
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _authenticated(text: str) -> ApiKey | None:
     """The live key ``text`` is (``authenticate``); while the database is away, the key as it
     was checked within ``KNOWN_SECONDS``, else a 503 and nothing forwarded."""
-    known = _digest(text)
     try:
-        key = authenticate(text)
+        return authenticate(text)
     except DatabaseError:
-        found = _known.get(known)
-        if found is not None and time.monotonic() - found[0] < KNOWN_SECONDS:
-            return found[1]
+        found = checked_within(text, KNOWN_SECONDS)
+        if found is not None:
+            return found
         raise Refused(
             503,
             "the hub cannot check this ctxhub key now (its database is unreachable): the "
             "request was not forwarded; retry shortly",
             headers={"retry-after": "5"},
         ) from None
-    if key is None:
-        _known.pop(known, None)
-    else:
-        _known[known] = (time.monotonic(), key)
-    return key
 
 
 class _NotAtHand(Exception):
@@ -152,7 +135,10 @@ def _fresh[T](found: tuple[float, T] | None) -> T:
 
 
 def _key_at_hand(text: str) -> ApiKey:
-    return _fresh(_known.get(_digest(text)))
+    key = checked_within(text, FRESH_SECONDS)
+    if key is None:
+        raise _NotAtHand
+    return key
 
 
 def _stored_headers_at_hand(owner_id: int, provider: str) -> dict[str, str]:

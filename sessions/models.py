@@ -77,6 +77,12 @@ class AgentSession(models.Model):
         help_text="The sum of its messages' stored token counts, kept by every write of them "
         "(an append, a fork's copy, a recount): the log's size without reading the log.",
     )
+    log_messages = models.PositiveIntegerField(
+        default=0,
+        help_text="How many messages the log holds, which is the next one's seq; kept as "
+        "`log_tokens` is. An append takes the session's row lock and both counts in one "
+        "statement.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

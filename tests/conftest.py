@@ -9,6 +9,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from config.celery import app as celery_app
+from sessions.api.keys import forget_checked
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -33,6 +34,12 @@ def eager_jobs() -> Iterator[None]:
     celery_app.conf.task_always_eager = True
     yield
     celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture(autouse=True)
+def no_keys_checked() -> None:
+    """Each test starts from a process that has checked no API key (``FRESH_SECONDS``)."""
+    forget_checked()
 
 
 @pytest.fixture(autouse=True)

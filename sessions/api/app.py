@@ -17,7 +17,7 @@ from ninja.security import HttpBearer
 from sessions import outages
 from sessions.api import limits
 from sessions.api.errors import ApiError, error_response, field_path, handle
-from sessions.api.keys import authenticate
+from sessions.api.keys import live_key
 from sessions.api.routes import context, messages, records
 from sessions.api.routes import sessions as session_routes
 from sessions.history import UnreadableMessage
@@ -32,7 +32,7 @@ class KeyAuth(HttpBearer):
         length = request.META.get("CONTENT_LENGTH") or "0"
         if length.isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
             raise _too_large()
-        key = authenticate(token)
+        key = live_key(token)
         if key is not None:
             limits.check(key)
         return key

@@ -1,10 +1,17 @@
-"""API keys: made (shown once), stored as a digest, checked, scoped, revoked."""
+"""API keys: made (shown once), stored as a digest, checked, scoped, revoked.
+
+A key checked against the database is remembered by the process for ``FRESH_SECONDS``: an
+agent's requests (an append, then its context, many times a minute) are authenticated without
+a query. A key revoked here is forgotten at once; one revoked by another process, or whose
+owner was deactivated, is refused here once that time is up.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +23,11 @@ from sessions.services import Invalid
 
 SCOPES = ("read", "write", "govern")
 PREFIX = "ctxh"
+
+FRESH_SECONDS = 5.0
+"""How long a key checked against the database is taken again without asking it."""
+_checked: dict[str, tuple[float, ApiKey]] = {}
+"""The keys this process checked, by the digest of their text: when, and the row."""
 
 
 def _digest(secret: str) -> str:
@@ -58,8 +70,40 @@ def create_key(
     return key, f"{PREFIX}_{prefix}_{secret}"
 
 
+def live_key(text: str) -> ApiKey | None:
+    """``authenticate``, or the key as this process checked it within ``FRESH_SECONDS``."""
+    return checked_within(text, FRESH_SECONDS) or authenticate(text)
+
+
+def checked_within(text: str, seconds: float) -> ApiKey | None:
+    """The key ``text`` is as this process found it live within ``seconds``, unless it has
+    expired since; None when it was not checked so lately (nothing is asked of the database)."""
+    found = _checked.get(_digest(text))
+    if found is None or time.monotonic() - found[0] >= seconds:
+        return None
+    key = found[1]
+    if key.expires_at is not None and key.expires_at <= timezone.now():
+        return None
+    return key
+
+
+def forget_checked() -> None:
+    """Forget every key this process checked (each is asked of the database again)."""
+    _checked.clear()
+
+
 def authenticate(text: str) -> ApiKey | None:
-    """The live key ``text`` is, or None (unknown, wrong, revoked or expired)."""
+    """The live key ``text`` is, or None (unknown, wrong, revoked or expired), asked of the
+    database; a live one is remembered (``checked_within``)."""
+    found = _authenticate(text)
+    if found is None:
+        _checked.pop(_digest(text), None)
+    else:
+        _checked[_digest(text)] = (time.monotonic(), found)
+    return found
+
+
+def _authenticate(text: str) -> ApiKey | None:
     parts = text.strip().split("_", 2)
     if len(parts) != 3 or parts[0] != PREFIX:
         return None
@@ -85,6 +129,9 @@ def revoke(key: ApiKey, *, actor: Any = None, via: str = "dashboard") -> None:
             key.revoked_at = timezone.now()
             key.save(update_fields=["revoked_at"])
             _audit(key, actor, "api_key_revoked", via=via)
+    for digest, (_, known) in list(_checked.items()):
+        if known.pk == key.pk:
+            del _checked[digest]
 
 
 def _audit(key: ApiKey, actor: Any, verb: str, *, via: str) -> None:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet, Subquery, Sum, TextField
+from django.db.models import Q, QuerySet, Sum, TextField
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 from pydantic_core import from_json
@@ -559,15 +559,12 @@ REMEMBERED: Remembered[EffectiveHistory] = Remembered()
 
 
 def log_heads(session: AgentSession) -> tuple[int, int]:
-    """The session's records revision and the newest seq of its log, in one query."""
-    newest = Message.objects.filter(session_id=session.pk).order_by("-seq").values("seq")[:1]
-    revision, last = (
-        AgentSession.objects.filter(pk=session.pk)
-        .annotate(last=Subquery(newest))
-        .values_list("revision", "last")
-        .get()
+    """The session's records revision and the newest seq of its log (-1: none), as its row
+    holds them now."""
+    revision, messages = AgentSession.objects.values_list("revision", "log_messages").get(
+        pk=session.pk
     )
-    return revision, -1 if last is None else last
+    return revision, messages - 1
 
 
 def effective_history(

@@ -66,7 +66,7 @@ from sessions.models import (
 from sessions.payloads import message_from_payload
 from sessions.services.errors import Invalid
 from sessions.services.governed import ensure_room, session_policy
-from sessions.services.log import keep_log_tokens, recount_tokens
+from sessions.services.log import keep_log_counts, recount_tokens
 from sessions.services.records import lock_session
 from sessions.services.tools import tool_fields
 
@@ -222,7 +222,7 @@ def _copy_messages(session: AgentSession, fork: AgentSession, seq: int) -> set[s
             batch = []
     if batch:
         Message.objects.bulk_create(batch)
-    keep_log_tokens(fork)
+    keep_log_counts(fork)
     _copy_pieces(session, fork, seq)
     return refs
 

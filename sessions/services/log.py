@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
@@ -108,18 +108,8 @@ def append_messages(
         for m, payload in zip(messages, payloads, strict=True)
     ]
     with transaction.atomic():
-        # Locking the session row until commit makes concurrent appends to one session take
-        # turns and get consecutive, unique seq numbers; the log's size it keeps (the live
-        # meter and the compaction check need it after commit) is exact under the lock.
-        tokens_before = (
-            AgentSession.objects.select_for_update()
-            .values_list("log_tokens", flat=True)
-            .get(pk=session.pk)
-        )
-        # A statement of its own, after the lock: in one with it, the newest seq would be read
-        # from the snapshot taken before a concurrent append committed.
-        last = session.messages.aggregate(last=Max("seq"))["last"]
-        start = 0 if last is None else last + 1
+        count, tokens = _logged(session, len(rows), sum(row.tokens for row in rows))
+        start = count - len(rows)
         if expected_seq is not None and expected_seq != start:
             raise Conflict(
                 f"expected_seq is {expected_seq} but the next message would be #{start}: "
@@ -131,12 +121,8 @@ def append_messages(
             row.seq = start + i
         Message.objects.bulk_create(rows)
         store_pieces(session, zip((row.seq for row in rows), messages, strict=True))
-        tokens = tokens_before + sum(row.tokens for row in rows)
-        AgentSession.objects.filter(pk=session.pk).update(
-            updated_at=timezone.now(), log_tokens=tokens
-        )
         totals = TokenTotals(
-            messages=start + len(rows),
+            messages=count,
             tokens=tokens,
             window=session_window(session),
             encoding=tokenizer.encoding_name,
@@ -150,6 +136,33 @@ def append_messages(
             auto_compact=auto_compact,
         )
     return rows
+
+
+def _logged(session: AgentSession, messages: int, tokens: int) -> tuple[int, int]:
+    """Count ``messages`` of ``tokens`` more into the session's log, under its row lock until
+    the transaction ends: how many messages and tokens the log holds with them.
+
+    One statement takes the lock and both counts, as they are after any append that committed
+    while it waited: concurrent appends to a session take turns and get consecutive, unique
+    seqs."""
+    meta = AgentSession._meta
+    name = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {name(meta.db_table)} SET log_messages = log_messages + %s, "
+            "log_tokens = log_tokens + %s, updated_at = %s WHERE id = %s "
+            "RETURNING log_messages, log_tokens",
+            [
+                messages,
+                tokens,
+                meta.get_field("updated_at").get_db_prep_value(timezone.now(), connection),
+                meta.pk.get_db_prep_value(session.pk, connection),
+            ],
+        )
+        found = cursor.fetchone()
+    if found is None:
+        raise AgentSession.DoesNotExist(f"no session {session.pk}")
+    return found[0], found[1]
 
 
 def append_message(
@@ -197,14 +210,15 @@ class TokenTotals:
 def token_totals(session: AgentSession) -> TokenTotals:
     """The size of the whole log against the session's window, from the cached counts (and
     the encoding they were made with, as stored: no encoding is loaded for it)."""
-    agg = session.messages.aggregate(messages=Max("seq"))
-    tokens = AgentSession.objects.values_list("log_tokens", flat=True).get(pk=session.pk)
+    messages, tokens = AgentSession.objects.values_list("log_messages", "log_tokens").get(
+        pk=session.pk
+    )
     counted_with = session.messages.order_by("-seq").values_list("encoding", "tokens_exact").first()
     if counted_with is None:
         tokenizer = session_tokenizer(session)
         counted_with = (tokenizer.encoding_name, tokenizer.exact)
     return TokenTotals(
-        messages=0 if agg["messages"] is None else agg["messages"] + 1,
+        messages=messages,
         tokens=tokens,
         window=session_window(session),
         encoding=counted_with[0],
@@ -212,11 +226,14 @@ def token_totals(session: AgentSession) -> TokenTotals:
     )
 
 
-def keep_log_tokens(session: AgentSession) -> None:
-    """The session's ``log_tokens`` set from its messages (after a write that is not an
-    append: a fork's copy, a recount)."""
-    total = session.messages.aggregate(tokens=Sum("tokens"))["tokens"] or 0
-    AgentSession.objects.filter(pk=session.pk).update(log_tokens=total)
+def keep_log_counts(session: AgentSession) -> None:
+    """The session's ``log_tokens`` and ``log_messages`` set from its messages (after a write
+    that is not an append: a fork's copy, a recount)."""
+    found = session.messages.aggregate(tokens=Sum("tokens"), newest=Max("seq"))
+    AgentSession.objects.filter(pk=session.pk).update(
+        log_tokens=found["tokens"] or 0,
+        log_messages=0 if found["newest"] is None else found["newest"] + 1,
+    )
 
 
 def recount_tokens(session: AgentSession) -> TokenTotals:
@@ -246,7 +263,7 @@ def recount_tokens(session: AgentSession) -> TokenTotals:
                 tokens_exact=tokenizer.exact,
                 facts=facts.to_json(),
             )
-        keep_log_tokens(session)
+        keep_log_counts(session)
     totals = replace(token_totals(session), recounted=len(stale))
     events.send(events.meter_changed, session=session, totals=totals)
     return totals

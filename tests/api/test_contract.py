@@ -4,18 +4,22 @@ appends, conflicts, bad input that stores nothing, rate limits, the error shape.
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from config.celery import app as celery_app
 from ctxhub.governance import Policy
 from sessions import services
+from sessions.api import keys
 from sessions.api.keys import create_key, revoke
 from sessions.models import (
     AgentSession,
@@ -93,6 +97,33 @@ def test_every_bad_key_is_a_401(alice: Any, session: AgentSession) -> None:
         assert error(response)["code"] == "unauthenticated"
     assert Client().get("/api/v1/sessions").status_code == 401  # no header at all
     assert Api(good).call("get", f"/sessions/{session.pk}").status_code == 200
+
+
+def test_a_key_checked_lately_is_taken_without_a_query_until_it_is_stale(
+    alice: Any, session: AgentSession, monkeypatch: Any
+) -> None:
+    """An agent's requests come many times a minute: the key is asked of the database once per
+    ``FRESH_SECONDS``. A key revoked by another process (the row changed under this one) is
+    refused once that time is up; one that expires meanwhile, at once."""
+    key, text = create_key(alice, name="agent", scopes=ALL, expires_days=1)
+    agent = Api(text)
+    assert agent.call("get", f"/sessions/{session.pk}").status_code == 200
+    with CaptureQueriesContext(connection) as asked:
+        assert agent.call("get", f"/sessions/{session.pk}").status_code == 200
+    assert asked.captured_queries
+    assert not [q for q in asked.captured_queries if ApiKey._meta.db_table in q["sql"]]
+    ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
+    assert agent.call("get", f"/sessions/{session.pk}").status_code == 200
+    now = time.monotonic()
+    monkeypatch.setattr(keys.time, "monotonic", lambda: now + keys.FRESH_SECONDS)
+    assert agent.call("get", f"/sessions/{session.pk}").status_code == 401
+
+    _, text = create_key(alice, name="brief", scopes=ALL, expires_days=1)
+    brief = Api(text)
+    assert brief.call("get", f"/sessions/{session.pk}").status_code == 200
+    soon = timezone.now() + timedelta(minutes=1)
+    monkeypatch.setattr(keys.timezone, "now", lambda: soon + timedelta(days=1))
+    assert brief.call("get", f"/sessions/{session.pk}").status_code == 401
 
 
 def test_keys_are_stored_hashed_and_shown_once(alice: Any) -> None:

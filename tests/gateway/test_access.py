@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 
 from gateway import access
 from gateway.access import FRESH_SECONDS, calling, upstream_headers
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def forgotten() -> None:
-    """Each test starts from a process that has checked nothing."""
-    access._known.clear()
+    """Each test starts from a process that has read no stored provider key (nor checked any
+    API key: ``tests/conftest.py``)."""
     access._stored.clear()
 
 
@@ -42,7 +43,8 @@ def test_a_revoked_key_is_refused_once_what_the_process_checked_is_stale(
     key, text = create_key(alice, name="agent", scopes=["read", "write"])
     headers = {"x-api-key": text}
     assert asyncio.run(calling(headers, needs_provider_key=False)).key.pk == key.pk
-    revoke(ApiKey.objects.get(pk=key.pk))
+    # Revoked by another process (this one would forget it at once: the next test).
+    ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
     # Taken as checked a moment ago: no query stands between the agent and its model.
     assert asyncio.run(calling(headers, needs_provider_key=False)).key.pk == key.pk
     later(monkeypatch, FRESH_SECONDS + 0.1)
@@ -50,6 +52,16 @@ def test_a_revoked_key_is_refused_once_what_the_process_checked_is_stale(
         asyncio.run(calling(headers, needs_provider_key=False))
     assert refused.value.status == 401
     assert refused.value.field == "x-ctxhub-key"
+
+
+def test_a_key_revoked_by_this_process_is_refused_at_once(alice: Any) -> None:
+    key, text = create_key(alice, name="agent", scopes=["read", "write"])
+    headers = {"x-api-key": text}
+    assert asyncio.run(calling(headers, needs_provider_key=False)).key.pk == key.pk
+    revoke(ApiKey.objects.get(pk=key.pk))
+    with pytest.raises(Refused) as refused:
+        asyncio.run(calling(headers, needs_provider_key=False))
+    assert refused.value.status == 401
 
 
 def test_a_deleted_provider_key_is_no_longer_sent_once_stale(alice: Any, monkeypatch: Any) -> None:

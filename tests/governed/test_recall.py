@@ -189,7 +189,7 @@ def test_pieces_stored_before_they_had_terms_are_given_them_and_found_by_topic(a
         executor.migrate([("agent_sessions", "0011_piece_search_terms")])
         stored = MessagePiece.objects.filter(session=session).values_list("text", "terms")
         assert all(terms == added_terms(text) for text, terms in stored)
-        assert any(setting.value in hit.excerpt for hit in services.recall(session, setting.query))
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+    assert any(setting.value in hit.excerpt for hit in services.recall(session, setting.query))

@@ -10,6 +10,7 @@ from typing import Any
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted, SuspiciousFileOperation
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
@@ -47,9 +48,22 @@ class FinishingASGIHandler(ASGIHandler):
     back as any other; its answer goes nowhere. No view here streams or long-polls.
     """
 
-    def __init__(self) -> None:
+    # An answer is written in pieces of this size: most in one (Django's own: 64 KB).
+    chunk_size = 2**20
+
+    def __init__(self, middleware: list[str] | None = None) -> None:
         BaseHandler.__init__(self)
-        self.load_middleware(is_async=False)
+        if middleware is None:
+            self.load_middleware(is_async=False)
+        else:
+            # Django builds a chain from settings.MIDDLEWARE alone: it is shown another list
+            # while this one is built, once, as the server starts.
+            pages = settings.MIDDLEWARE
+            settings.MIDDLEWARE = middleware
+            try:
+                self.load_middleware(is_async=False)
+            finally:
+                settings.MIDDLEWARE = pages
         self._idle_threads: list[ThreadPoolExecutor] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -117,6 +131,8 @@ class RequestLimit:
 
 
 django_asgi_app = FinishingASGIHandler()
+# The API's requests, keyed rather than logged in, through a shorter chain (API_MIDDLEWARE).
+api_asgi_app = FinishingASGIHandler(settings.API_MIDDLEWARE)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -128,6 +144,7 @@ from config.slots import RUNNING  # noqa: E402
 from ctxhub.governance.tokens import load_encoding  # noqa: E402
 from gateway.asgi import GatewayHandler  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
+from sessions.services.collector import tune_for_serving  # noqa: E402
 
 # What a process's first requests would load, loaded now: every view behind the URL conf and
 # the tokenizers' rank files. Under gunicorn --preload (scripts/web.sh) this happens once, in
@@ -171,7 +188,12 @@ application = ProtocolTypeRouter(
         # The gateway's requests wait on the model for most of their time: they take a slot
         # only while they store or govern (gateway.storage), not for the whole stream.
         "http": PathRouter(
-            {"/gateway/": GatewayHandler()},
+            {
+                "/gateway/": GatewayHandler(),
+                # Its browsable docs are a page, served with the pages' chain.
+                "/api/v1/docs": RequestLimit(django_asgi_app, RUNNING),
+                "/api/": RequestLimit(api_asgi_app, RUNNING),
+            },
             RequestLimit(StaticFiles(django_asgi_app), RUNNING),
         ),
         "websocket": AllowedHostsOriginValidator(
@@ -179,3 +201,6 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# Last: all loaded above is frozen out of the cycle collector, and shared by the forked workers.
+tune_for_serving()

@@ -22,6 +22,16 @@ def _trace_the_worker(**kwargs: Any) -> None:
     setup_tracing("worker")
 
 
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+def _tune_the_collector(**kwargs: Any) -> None:
+    """Once the worker (or a process of its pool) is ready: what it loaded is frozen out of
+    the cycle collector (``sessions.services.collector``)."""
+    from sessions.services.collector import tune_for_serving
+
+    tune_for_serving()
+
+
 @signals.worker_process_shutdown.connect
 def _send_the_last_spans(**kwargs: Any) -> None:
     """A pool process ends without running ``atexit``: its last spans are sent now."""

@@ -85,6 +85,15 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+# The API's requests carry a key, not a login: the server runs them through this shorter chain
+# (config/asgi.py), without the login's session, CSRF, login, flash messages and page headers.
+API_MIDDLEWARE = [
+    "sessions.telemetry.TracedRequests",
+    "django.middleware.security.SecurityMiddleware",
+    "sessions.api.middleware.JsonApiErrors",
+    "django.middleware.common.CommonMiddleware",
+]
+
 # Scripts, styles and everything else from this origin only, and no inline script, style
 # attribute or string evaluated as code: what an injected message could smuggle into a page
 # would not run. (Pages set their bars' widths from a script; htmx is told not to evaluate.)

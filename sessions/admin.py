@@ -51,11 +51,14 @@ class AgentSessionAdmin(admin.ModelAdmin[AgentSession]):
     list_filter = ["model", "owner"]
     search_fields = ["title", "model", "owner__username"]
     # The policy, its records and their revision change through the dashboard's services,
-    # which validate, audit and push them; here they are shown only.
+    # which validate, audit and push them, and the log's counts with its appends; here they
+    # are shown only.
     readonly_fields = [
         "id",
         "policy",
         "revision",
+        "log_tokens",
+        "log_messages",
         "auto_compaction_paused",
         "created_at",
         "updated_at",

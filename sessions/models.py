@@ -90,8 +90,26 @@ class AgentSession(models.Model):
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["owner", "-updated_at"])]
 
+    KEPT_BY_STATEMENTS: ClassVar[frozenset[str]] = frozenset(
+        {"revision", "log_tokens", "log_messages"}
+    )
+    """Counts the log's writers keep with statements of their own (an append's, a record's),
+    which saving a copy of the session read earlier must not put back."""
+
     def __str__(self) -> str:
         return self.title
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A new session is saved whole; a stored one but for ``KEPT_BY_STATEMENTS`` (unless
+        ``update_fields`` names them): a session read before an append and saved after keeps
+        the append's counts, so the next append's seq is still free."""
+        if not self._state.adding and not args and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                field.name
+                for field in self._meta.concrete_fields
+                if not field.primary_key and field.name not in self.KEPT_BY_STATEMENTS
+            ]
+        super().save(*args, **kwargs)
 
     def get_absolute_url(self) -> str:
         return reverse("sessions:detail", args=[self.pk])

@@ -322,3 +322,30 @@ def test_a_600_message_session_at_64k_compacts_and_undo_gives_its_context_back(
     dump = ModelMessagesTypeAdapter.dump_json
     assert dump(restored.messages) == dump(before.messages)
     assert restored.report.tokens_after == before.report.tokens_after
+
+
+def test_the_server_runs_the_api_through_a_chain_without_the_login_s_and_pages_through_theirs(
+    server: str, key: str, alice: Any
+) -> None:
+    """The API is keyed, not logged in: the server runs it without the session, CSRF, login
+    and messages middleware, and pages (its browsable docs among them) with theirs."""
+    hub = Hub(server, key)
+    session = hub.create_session(title="Chains", model="openai:gpt-4o")
+    appended = httpx.post(
+        f"{server}/api/v1/sessions/{session.id}/messages",
+        json={"messages": ModelMessagesTypeAdapter.dump_python([user("hi")], mode="json")},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert appended.status_code == 201  # a POST with no CSRF token, as every agent sends
+    assert "set-cookie" not in appended.headers
+    assert "x-frame-options" not in appended.headers
+    missing = httpx.get(f"{server}/api/v1/no-such-thing")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    docs = httpx.get(f"{server}/api/v1/docs")
+    assert docs.status_code == 200
+    assert "content-security-policy" in docs.headers
+    assert docs.headers["x-frame-options"] == "DENY"
+    page = httpx.get(f"{server}/")
+    assert page.status_code == 302
+    assert page.headers["location"].startswith("/login/")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sessions import services
-from sessions.models import AppendOnlyError, AuditEvent, Message
+from sessions.models import AgentSession, AppendOnlyError, AuditEvent, Message
 from tests.factories import make_session
 from tests.messages import reply, user
 
@@ -46,6 +46,21 @@ def test_appends_get_consecutive_seq_numbers(alice: object) -> None:
         (1, "response"),
         (2, "request"),
     ]
+
+
+def test_a_session_saved_from_a_copy_read_before_an_append_keeps_the_append_s_counts(
+    alice: object,
+) -> None:
+    session = make_session(alice)
+    earlier = AgentSession.objects.get(pk=session.pk)
+    services.append_messages(session, [user("a"), reply("b")])
+    earlier.title = "Renamed"
+    earlier.save()
+    stored = AgentSession.objects.get(pk=session.pk)
+    assert (stored.title, stored.log_messages) == ("Renamed", 2)
+    assert stored.log_tokens == sum(session.messages.values_list("tokens", flat=True)) > 0
+    services.append_message(earlier, user("c"))
+    assert list(session.messages.values_list("seq", flat=True)) == [0, 1, 2]
 
 
 def test_audit_events_are_immutable(alice: object) -> None:

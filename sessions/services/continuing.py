@@ -153,7 +153,7 @@ def _continued(
         or entry.get("state") != state_digest
     ):
         return None
-    revision, newest = log_heads(session)
+    revision, newest = stored.heads or log_heads(session)
     if entry["decided_by"] != decided_by(session, revision) or newest <= entry["last_seq"]:
         return None
     body = _read(_body_key(session.pk))

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+from pydantic_core import to_json
 
 from ctxhub.governance import Acted, ContextReport
 from sessions.models import AgentSession, SentRequest, SessionGovernor
@@ -38,6 +40,9 @@ class StoredState:
     state: dict[str, Any] | None
     """None: the next request is a new start (nothing sent yet, or the state was made under
     another policy, model or window)."""
+    heads: tuple[int, int] | None = None
+    """The session's records revision and newest log seq, read with the state (None: no state
+    is stored)."""
 
 
 def governor_key(session: AgentSession) -> str:
@@ -51,13 +56,16 @@ def governor_key(session: AgentSession) -> str:
 
 
 def stored_state(session: AgentSession) -> StoredState:
-    """The state the session's last request left (one query)."""
-    row = SessionGovernor.objects.filter(session=session).values("key", "state", "version")
+    """The state the session's last request left, and the session's heads (one query)."""
+    row = SessionGovernor.objects.filter(session=session).values_list(
+        "key", "state", "version", "session__revision", "session__log_messages"
+    )
     found = row.first()
     if found is None:
         return StoredState(0, None)
-    fits = found["key"] == governor_key(session)
-    return StoredState(found["version"], found["state"] if fits else None)
+    key, state, version, revision, messages = found
+    fits = key == governor_key(session)
+    return StoredState(version, state if fits else None, (revision, messages - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,39 +87,86 @@ def record_sent(
     """Store the state a request left and record the request, if the stored state is still the
     one ``read``; False when another process sent a request of the session since (the caller
     governs again from that one's state)."""
-    figures = sent.figures
-    number = read.version + 1
-    key = governor_key(session)
+    row = _sent_row(session, read, sent)
+    if read.version and connection.vendor == "postgresql":
+        return _recorded_in_one_statement(session.pk, row, read, state)
     try:
         with transaction.atomic():
             if read.version == 0:
                 SessionGovernor.objects.create(
-                    session=session, key=key, state=state, version=number
+                    session=session, key=row["key"], state=state, version=row["number"]
                 )
             else:
                 replaced = SessionGovernor.objects.filter(
                     session=session, version=read.version
-                ).update(key=key, state=state, version=number)
+                ).update(key=row["key"], state=state, version=row["number"])
                 if not replaced:
                     return False
-            SentRequest.objects.create(
-                session=session,
-                number=number,
-                last_seq=sent.last_seq,
-                tokens=figures.tokens_after,
-                tool_tokens=figures.tool_definition_tokens,
-                history_tokens=figures.tokens_before,
-                prefix_tokens=sent.prefix_tokens,
-                window_tokens=figures.window_tokens,
-                budget_tokens=figures.budget_tokens,
-                acted=sent.acted or "",
-                action=sent.action,
-                state=read.state,
-                key=key,
-            )
+            SentRequest.objects.create(session=session, state=read.state, **row)
     except IntegrityError:  # another process wrote the session's first state first
         return False
     return True
+
+
+def _sent_row(session: AgentSession, read: StoredState, sent: Sent) -> dict[str, Any]:
+    """The columns of the request's ``SentRequest`` but its session and the state it was
+    governed from."""
+    figures = sent.figures
+    return {
+        "number": read.version + 1,
+        "last_seq": sent.last_seq,
+        "tokens": figures.tokens_after,
+        "tool_tokens": figures.tool_definition_tokens,
+        "history_tokens": figures.tokens_before,
+        "prefix_tokens": sent.prefix_tokens,
+        "window_tokens": figures.window_tokens,
+        "budget_tokens": figures.budget_tokens,
+        "acted": sent.acted or "",
+        "action": sent.action,
+        "key": governor_key(session),
+    }
+
+
+def _recorded_in_one_statement(
+    session_id: Any, row: dict[str, Any], read: StoredState, state: dict[str, Any]
+) -> bool:
+    """``record_sent`` over a stored state, on PostgreSQL: the state replaced and the request
+    inserted by one statement, in one round trip. The state it was governed from is copied
+    from the replaced row, not sent back. Nothing is written when the version moved on: the
+    update waits for a concurrent writer's commit and then finds it moved."""
+    name = connection.ops.quote_name
+    governor = name(SessionGovernor._meta.db_table)
+    sent = name(SentRequest._meta.db_table)
+    columns = ", ".join(map(name, row))
+    values = ", ".join(f"%({name})s" for name in row)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH before AS (
+                SELECT state FROM {governor}
+                WHERE session_id = %(session)s AND version = %(read)s
+            ), replaced AS (
+                UPDATE {governor}
+                SET "key" = %(key)s, state = %(state)s::jsonb, version = %(number)s,
+                    updated_at = %(now)s
+                WHERE session_id = %(session)s AND version = %(read)s
+                RETURNING session_id
+            )
+            INSERT INTO {sent} (session_id, state, created_at, {columns})
+            SELECT replaced.session_id, CASE WHEN %(from_state)s THEN before.state END,
+                %(now)s, {values}
+            FROM replaced, before
+            """,
+            {
+                **row,
+                "session": session_id,
+                "read": read.version,
+                "state": to_json(state).decode(),
+                "from_state": read.state is not None,
+                "now": timezone.now(),
+            },
+        )
+        return bool(cursor.rowcount == 1)
 
 
 def action_words(report: ContextReport, seq_of: Callable[[int | None], int | None]) -> str:

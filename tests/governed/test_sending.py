@@ -87,3 +87,31 @@ def test_a_write_over_a_state_another_process_replaced_is_refused(alice: Any) ->
     assert not record_sent(session, read, {}, sent)
     assert SessionGovernor.objects.get(session=session).version == 1
     assert SentRequest.objects.filter(session=session).count() == 1
+
+
+def test_each_request_records_the_state_it_continued_and_a_write_over_a_moved_one_is_refused(
+    alice: Any,
+) -> None:
+    session = make_session(alice, policy=POLICY)
+    for batch in turns(4):
+        services.append_messages(session, batch)
+        read = stored_state(session)
+        services.send_context(session)
+        latest = SentRequest.objects.filter(session=session).last()
+        assert latest is not None
+        assert (latest.number, latest.state) == (read.version + 1, read.state)
+        assert SessionGovernor.objects.get(session=session).version == latest.number
+    services.set_policy(session, Policy.model_validate({**POLICY, "context_window": 7_000}))
+    services.send_context(session)
+    latest = SentRequest.objects.filter(session=session).last()
+    assert latest is not None
+    assert latest.state is None  # a new start continues no state
+
+    read = stored_state(session)
+    assert read.version == latest.number
+    services.send_context(session)  # another process sends first
+    context = services.governed_context(session)
+    assert not record_sent(session, read, {"moved": "on"}, Sent(context.report, None, None, 0))
+    assert SessionGovernor.objects.get(session=session).version == read.version + 1
+    assert SessionGovernor.objects.get(session=session).state != {"moved": "on"}
+    assert SentRequest.objects.filter(session=session).count() == read.version + 1

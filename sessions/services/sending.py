@@ -138,7 +138,7 @@ def _recorded_in_one_statement(
     governor = name(SessionGovernor._meta.db_table)
     sent = name(SentRequest._meta.db_table)
     columns = ", ".join(map(name, row))
-    values = ", ".join(f"%({name})s" for name in row)
+    values = ", ".join(f"%({column})s" for column in row)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""

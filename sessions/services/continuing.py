@@ -36,7 +36,7 @@ from ctxhub.governance.facts import MessageFacts
 from ctxhub.governance.governor import GovernorState
 from ctxhub.governance.report import MessageReport
 from ctxhub.governance.tokens import tokenizer_for
-from sessions.history import EffectiveHistory, log_heads
+from sessions.history import EffectiveHistory
 from sessions.models import AgentSession, Message
 from sessions.services.sending import StoredState
 
@@ -105,6 +105,10 @@ class SentJSON:
     def report_json(self) -> bytes:
         return self.report.replace(_NO_ENTRIES, b'"messages":[' + self.entries + b"]", 1)
 
+    def sent_reports(self) -> list[MessageReport]:
+        """The reports of the messages sent, read from ``kept``."""
+        return _REPORTS.validate_json(self.kept)
+
 
 @dataclass(frozen=True, slots=True)
 class Continuation:
@@ -153,7 +157,8 @@ def _continued(
         or entry.get("state") != state_digest
     ):
         return None
-    revision, newest = stored.heads or log_heads(session)
+    assert stored.heads is not None  # read with every stored state
+    revision, newest = stored.heads
     if entry["decided_by"] != decided_by(session, revision) or newest <= entry["last_seq"]:
         return None
     body = _read(_body_key(session.pk))

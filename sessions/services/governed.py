@@ -16,7 +16,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from ctxhub.governance import (
@@ -47,8 +46,6 @@ from sessions.services.sending import Sent, StoredState, action_words, record_se
 from sessions.services.tools import session_tools
 
 log = logging.getLogger(__name__)
-
-_REPORTS = TypeAdapter(list[MessageReport])
 
 
 def session_policy(session: AgentSession) -> Policy:
@@ -204,7 +201,7 @@ class GovernedContext:
         """The reports of the messages sent, in order (without parsing a continued context's
         whole report)."""
         if self._sent is not None and self._report is None:
-            return _REPORTS.validate_json(self._sent.kept)
+            return self._sent.sent_reports()
         return [entry for entry in self.report.messages if entry.kept]
 
     def messages_json(self) -> bytes:

@@ -133,4 +133,9 @@ def test_the_demo_tour_shows_each_action_and_reads_back_what_was_evicted(
     timeline.get_by_text("read the evicted output").click()
     evicted = page.get_by_test_id("evicted")
     expect(evicted).to_contain_text("RUN pip install")
+    # Every change (an append, a record) re-renders each message's fate: what was opened
+    # under one stays open.
+    with page.expect_response(lambda response: "/fates/" in response.url):
+        page.evaluate("htmx.trigger(document.body, 'ctxhub-changed')")
+    expect(evicted).to_contain_text("RUN pip install")
     shot(page, "demo-tour")

@@ -11,8 +11,9 @@ upstream gets the one the key's owner stored for that provider on the API keys p
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError
@@ -155,6 +156,23 @@ async def calling(
     """``caller``, without a trip to the database for a key checked in the last
     ``FRESH_SECONDS`` (nor for the provider key its owner stored): the rate is counted all the
     same, in the cache."""
+    who, _ = await calling_then(
+        headers, _nothing, needs_provider_key=needs_provider_key, provider=provider
+    )
+    return who
+
+
+async def calling_then[T](
+    headers: dict[str, str],
+    work: Callable[[], Awaitable[T]],
+    *,
+    needs_provider_key: bool,
+    provider: str | None = None,
+) -> tuple[Caller, T]:
+    """``calling``, and what ``work()`` gives once the caller is known: done while the rate is
+    counted when the key was at hand (the count's round trip to the cache then costs the
+    request nothing), after the database's check otherwise. A refusal of the rate (429) wins
+    over the work's error."""
     try:
         remembered = _caller(
             headers,
@@ -164,14 +182,27 @@ async def calling(
             stored_headers=_stored_headers_at_hand,
         )
     except _NotAtHand:
-        return await stored(
+        who = await stored(
             caller, headers, needs_provider_key=needs_provider_key, provider=provider
         )
+        return who, await work()
+    counting = asyncio.ensure_future(_counted(remembered.key))
     try:
-        await limits.acheck(remembered.key)
+        done = await work()
+    finally:
+        await counting
+    return remembered, done
+
+
+async def _counted(key: ApiKey) -> None:
+    try:
+        await limits.acheck(key)
     except ApiError as exc:
         raise Refused(exc.status, exc.message, headers=exc.headers) from None
-    return remembered
+
+
+async def _nothing() -> None:
+    return None
 
 
 def caller(

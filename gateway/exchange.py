@@ -31,7 +31,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError
 from django.http import (
     HttpRequest,
@@ -42,7 +41,7 @@ from django.http import (
 from django.utils import timezone
 
 from gateway import chain, threads
-from gateway.access import Caller, calling, upstream_headers
+from gateway.access import Caller, calling_then, upstream_headers
 from gateway.errors import Refused, refusal
 from gateway.formats import Format
 from gateway.governing import GovernedRequest, governed_request, recovered
@@ -84,6 +83,9 @@ class Outcome:
     stream: bool
     status: int | None = None
     response: StoredResponse | None = None
+    whole: bytes | None = None
+    """A whole answer's bytes, read into ``response`` as it is recorded: after the client has
+    them, off the event loop."""
     complete: bool = False
     error: str = ""
 
@@ -98,19 +100,24 @@ async def read_request(
 ) -> tuple[Caller, WireRequest, list[str]]:
     """Who is calling, what they sent and (``chained``) its messages' chain hashes; Refused
     (with the field at fault) otherwise."""
-    who = await calling(
-        request_headers(request), needs_provider_key=not fmt.is_offline, provider=fmt.provider
-    )
     body = request.body
-    try:
-        if len(body) <= READ_IN_LOOP_BYTES:
-            parsed, hashes = _parsed(fmt, body, chained)
-        else:
+
+    async def read() -> tuple[WireRequest, list[str]]:
+        try:
+            if len(body) <= READ_IN_LOOP_BYTES:
+                return _parsed(fmt, body, chained)
             # Off the event loop: the first request of a long conversation a process sees is
             # read and hashed whole (a 20,000-message body in about 0.7 s) while others relay.
-            parsed, hashes = await asyncio.to_thread(_parsed, fmt, body, chained)
-    except BodyError as error:
-        raise Refused(400, error.message, field=error.field or None) from None
+            return await asyncio.to_thread(_parsed, fmt, body, chained)
+        except BodyError as error:
+            raise Refused(400, error.message, field=error.field or None) from None
+
+    who, (parsed, hashes) = await calling_then(
+        request_headers(request),
+        read,
+        needs_provider_key=not fmt.is_offline,
+        provider=fmt.provider,
+    )
     return who, parsed, hashes
 
 
@@ -132,7 +139,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     observed = asked_mode == Mode.OBSERVE  # forwarded at once, threaded beside the model
     if not observed:
         thread = await threading
-        if thread is not None and (asked_mode or thread.gateway.mode) == Mode.GOVERN:
+        if thread is not None and thread.governed:
             governed = await _governed(thread, parsed, fmt)
     outcome = Outcome(fmt.wire, threading, governed is not None, parsed.stream)
     try:
@@ -167,15 +174,14 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         outcome.error = f"the upstream's answer broke off ({exc})"
         RECORDINGS.start(outcome, hashes)
         return refusal(fmt.provider, Refused(502, outcome.error))
-    text = body.decode("utf-8", "replace")
     if answer.status < 400:
-        outcome.response, outcome.complete = fmt.wire.response(text), True
+        outcome.whole, outcome.complete = body, True
     else:
-        outcome.error = who.scrubbed(text)[:2000]
+        outcome.error = who.scrubbed(body.decode("utf-8", "replace"))[:2000]
     RECORDINGS.start(outcome, hashes)
-    whole = HttpResponse(body, status=answer.status)
-    copy_headers(whole, answer, extra)
-    return whole
+    response = HttpResponse(body, status=answer.status)
+    copy_headers(response, answer, extra)
+    return response
 
 
 async def _thread(
@@ -197,7 +203,7 @@ async def _thread(
             hashes,
             provider=fmt.provider,
             named=headers.get(SESSION_HEADER, "").strip()[:200] or None,
-            mode=asked_mode or settings.CTXHUB_GATEWAY_MODE,
+            asked_mode=asked_mode,
         )
     except DatabaseError as exc:
         log.warning("gateway: request forwarded unrecorded, storage is away: %s", exc)
@@ -340,6 +346,8 @@ async def _record(outcome: Outcome, live: LiveAnswer | None = None) -> None:
 
 def _write(outcome: Outcome, thread: Thread) -> None:
     response = outcome.response
+    if outcome.whole is not None:
+        response = outcome.wire.response(outcome.whole.decode("utf-8", "replace"))
     seq = None
     if response is not None and outcome.complete:
         seq = threads.store_response(thread, outcome.wire.response_items(response))

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from pydantic_ai.messages import ModelResponse
 
 from gateway import chain
-from gateway.models import GatewaySession, RawMessage
+from gateway.models import GatewaySession, Mode, RawMessage
 from gateway.wire import WireMessage, WireRequest, storable_text
 from sessions.models import AgentSession, MessageSource
 from sessions.services.fork import fork_session
@@ -46,6 +47,8 @@ class Thread:
     """How many of the request's messages were new (stored by this request)."""
     end: str
     """The chain hash of the request's last message."""
+    governed: bool
+    """Whether the request is governed: the mode it asked for, else its session's."""
 
 
 def thread(
@@ -55,27 +58,31 @@ def thread(
     *,
     provider: str,
     named: str | None,
-    mode: str,
+    asked_mode: str | None,
 ) -> Thread:
     """The session ``request`` continues, its new messages appended (with their raw text and
-    chain hashes, ``gateway.chain.hashes``), or a new session holding all of them."""
+    chain hashes, ``gateway.chain.hashes``), or a new session holding all of them, in the mode
+    the request asks for (``asked_mode``), else ``CTXHUB_GATEWAY_MODE``."""
     marker = storable_text(named or request.client_session or "")
     with transaction.atomic():
         found = _continued(owner, request.wire, hashes, marker)
         if found is None:
             found = _branched(owner, request, hashes, marker)
         if found is None:
+            mode = asked_mode or settings.CTXHUB_GATEWAY_MODE
             gateway = _start(owner, request, provider=provider, marker=marker, mode=mode)
             stored = 0
         else:
             gateway, stored = found
         session = gateway.session
+        governed = (asked_mode or gateway.mode) == Mode.GOVERN
         new = request.messages[stored:]
         if new:
-            _store(session, new, hashes[stored:], request.tools)
+            _store(session, new, hashes[stored:], request.tools, governed=governed)
             gateway.tip = hashes[-1]
             gateway.save(update_fields=["tip"])
-    return Thread(session, gateway, len(new), hashes[-1] if hashes else gateway.tip)
+    end = hashes[-1] if hashes else gateway.tip
+    return Thread(session, gateway, len(new), end, governed)
 
 
 def _continued(
@@ -213,11 +220,16 @@ def _store(
     messages: Sequence[WireMessage],
     hashes: Sequence[str],
     tools: list[dict[str, Any]],
+    *,
+    governed: bool,
 ) -> None:
     if tools:
         set_tools(session, tools)
     rows = append_messages(
-        session, [message.view for message in messages], source=MessageSource.GATEWAY
+        session,
+        [message.view for message in messages],
+        source=MessageSource.GATEWAY,
+        auto_compact=governed,
     )
     RawMessage.objects.bulk_create(
         RawMessage(session=session, seq=row.seq, raw=message.raw, chain=value)
@@ -238,7 +250,10 @@ def store_response(thread: Thread, items: Sequence[WireMessage]) -> int | None:
         if gateway.tip != thread.end:
             return None
         rows = append_messages(
-            thread.session, [item.view for item in items], source=MessageSource.GATEWAY
+            thread.session,
+            [item.view for item in items],
+            source=MessageSource.GATEWAY,
+            auto_compact=thread.governed,
         )
         tip = gateway.tip
         raws = []

@@ -107,7 +107,9 @@ def append_messages(
         _unlogged(session, m, payload, source, tokenizer)
         for m, payload in zip(messages, payloads, strict=True)
     ]
-    with transaction.atomic():
+    # No savepoint of its own inside a caller's transaction (two round trips saved): an error
+    # here fails the caller's transaction whole, which no caller goes on from.
+    with transaction.atomic(savepoint=False):
         count, tokens = _logged(session, len(rows), sum(row.tokens for row in rows))
         start = count - len(rows)
         if expected_seq is not None and expected_seq != start:

@@ -29,7 +29,7 @@ def gateway_session(owner: Any, system: str, *, marker: str = "client-1") -> Age
     request = anthropic.parse(json.dumps(body).encode())
     hashes = chain.hashes(request.wire, request.messages)
     return thread(
-        owner.pk, request, hashes, provider="anthropic", named=None, mode="observe"
+        owner.pk, request, hashes, provider="anthropic", named=None, asked_mode="observe"
     ).session
 
 

@@ -25,6 +25,7 @@ from django.core.handlers.base import BaseHandler
 from django.http import HttpResponseBase, JsonResponse
 from django.urls import Resolver404, resolve, set_script_prefix
 
+from gateway.exchange import SENT
 from sessions.telemetry import served
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,15 @@ class GatewayHandler(ASGIHandler):
                 assert refused is not None  # Django gives a refusal when no request
                 await self._send(refused, receive, send)
                 return
-            with served(request) as answered:  # a span to the last byte sent
-                response = await _view(request)
-                answered(response)
-                await self._send(response, receive, send)
+            sent = asyncio.Event()
+            SENT.set(sent)
+            try:
+                with served(request) as answered:  # a span to the last byte sent
+                    response = await _view(request)
+                    answered(response)
+                    await self._send(response, receive, send)
+            finally:
+                sent.set()
 
     async def _send(self, response: HttpResponseBase, receive: Any, send: Any) -> None:
         if not response.streaming:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,11 @@ class Outcome:
     them, off the event loop."""
     complete: bool = False
     error: str = ""
+
+
+SENT: ContextVar[asyncio.Event | None] = ContextVar("gateway_sent", default=None)
+"""Set by the handler (``gateway.asgi``) once a response's last byte is sent: its exchange is
+recorded after that, so the storage work never competes with sending the answer."""
 
 
 READ_IN_LOOP_BYTES = 32 * 1024
@@ -305,7 +311,7 @@ class Recordings:
     ) -> None:
         """Records ``outcome`` (of a request whose chain is ``hashes``) in the background."""
         key = (len(hashes), hashes[-1] if hashes else "")
-        task = asyncio.ensure_future(_record(outcome, live))
+        task = asyncio.ensure_future(_record(outcome, SENT.get(), live))
         self._running[key] = task  # a retry of the same request: the newer one is waited for
         task.add_done_callback(lambda done: self._forget(key, done))
 
@@ -333,7 +339,11 @@ class Recordings:
 RECORDINGS = Recordings()
 
 
-async def _record(outcome: Outcome, live: LiveAnswer | None = None) -> None:
+async def _record(
+    outcome: Outcome, sent: asyncio.Event | None, live: LiveAnswer | None = None
+) -> None:
+    if sent is not None:
+        await sent.wait()
     thread = await outcome.threading
     if thread is not None:
         try:

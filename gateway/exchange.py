@@ -279,9 +279,11 @@ async def _relay(
     live = LiveAnswer(outcome.threading, model)
     try:
         async for chunk in answer.chunks:
-            for event in reader.feed(chunk):
-                assembler.feed(event)
-            yield chunk
+            try:
+                yield chunk  # read after it is on its way to the client
+            finally:
+                for event in reader.feed(chunk):
+                    assembler.feed(event)
             await live.progressed(assembler)
         outcome.complete = True
     except (UpstreamTimeout, UpstreamUnreachable) as exc:

@@ -565,7 +565,8 @@ def crowd_results(crowd: Crowd) -> dict[str, Any]:
 
 # The functions timed: a name, and where the function is looked up when it is called.
 TIMED: dict[str, tuple[str, str]] = {
-    "caller": ("gateway.exchange", "calling"),
+    "caller": ("gateway.access", "_caller"),
+    "rate": ("gateway.access", "_counted"),
     "parse": ("gateway.wire.anthropic", "parse"),
     "thread": ("gateway.threads", "thread"),
     "hashes": ("gateway.chain", "hashes"),
@@ -594,7 +595,8 @@ TIMED: dict[str, tuple[str, str]] = {
 # thread, outermost first). Top-level rows add up (with the hand-offs and the rest) to the
 # request; a row within others is part of the one above it.
 PHASES: list[tuple[str, str, str]] = [
-    ("authenticate the keys (and count the rate)", "caller", ""),
+    ("authenticate the keys", "caller", ""),
+    ("count the rate (beside the body's reading, not added)", "rate", ""),
     ("parse the body (wire.parse)", "parse", ""),
     ("chain hashes (of the messages new to the process)", "hashes", ""),
     ("thread: find the session, store the new messages", "thread", ""),
@@ -623,6 +625,8 @@ PHASES: list[tuple[str, str, str]] = [
     ("recall pieces", "pieces", "write/store_response/append"),
     ("after commit: live push and settle (events.send)", "events", "write/store_response"),
 ]  # fmt: skip
+BESIDE = ("rate",)
+"""Top-level phases that run beside another (shown, not added into the request's time)."""
 IN_THREADS = ("thread", "governed_request", "write")
 """The depth-1 phases that run inside ``gateway.storage.stored`` (on the request's thread)."""
 
@@ -857,7 +861,7 @@ def phase_medians(rows: list[dict[Any, float]]) -> list[dict[str, Any]]:
             **_median_mean(hops),
         }
     )
-    top = {name for _, name, within in PHASES if not within}
+    top = {name for _, name, within in PHASES if not within and name not in BESIDE}
     rest = [
         row["_total"] - sum(row.get((name, ""), 0.0) for name in top) - hop
         for row, hop in zip(rows, hops, strict=True)

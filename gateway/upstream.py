@@ -97,7 +97,22 @@ def _client() -> aiohttp.ClientSession:
             skip_auto_headers=("User-Agent", "Content-Type"),
         )
         _clients[loop] = client
+        _closers[loop] = loop.create_task(_closed_at_the_end(client))
     return client
+
+
+_closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _closed_at_the_end(client: aiohttp.ClientSession) -> None:
+    """Closes ``client`` when its loop ends: a server stopping (or ``asyncio.run`` returning)
+    cancels the tasks left, this one with them, and an unclosed session would be reported."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await client.close()
 
 
 def forwarded(headers: dict[str, str], drop: frozenset[str] = frozenset()) -> dict[str, str]:

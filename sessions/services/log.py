@@ -107,9 +107,10 @@ def append_messages(
         _unlogged(session, m, payload, source, tokenizer)
         for m, payload in zip(messages, payloads, strict=True)
     ]
-    # No savepoint of its own inside a caller's transaction (two round trips saved): an error
-    # here fails the caller's transaction whole, which no caller goes on from.
-    with transaction.atomic(savepoint=False):
+    # Inside a caller's transaction, a savepoint (two round trips) only where a refusal may
+    # come that the caller answers and goes on from: ``expected_seq``'s Conflict. Any other
+    # error fails the caller's transaction whole, and no caller goes on from one.
+    with transaction.atomic(savepoint=expected_seq is not None):
         count, tokens = _logged(session, len(rows), sum(row.tokens for row in rows))
         start = count - len(rows)
         if expected_seq is not None and expected_seq != start:

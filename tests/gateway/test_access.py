@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from gateway import access
-from gateway.access import FRESH_SECONDS, calling, upstream_headers
+from gateway.access import FRESH_SECONDS, calling, calling_then, upstream_headers
 from gateway.errors import Refused
 from gateway.models import ProviderKey
 from gateway.provider_keys import store_key
@@ -95,6 +95,37 @@ def test_every_request_is_counted_against_the_rate_even_when_the_key_is_at_hand(
     assert limited.value.status == 429
     assert 1 <= int(limited.value.headers["Retry-After"]) <= 61
     asyncio.run(calling({"x-api-key": calm}, needs_provider_key=False))
+
+
+def test_the_body_is_read_while_the_rate_is_counted_and_an_over_rate_refusal_wins(
+    alice: Any, settings: Any
+) -> None:
+    settings.CTXHUB_API_RATE_PER_MINUTE = 1
+    _, text = create_key(alice, name="agent", scopes=["read", "write"])
+    headers = {"x-api-key": text}
+    asyncio.run(calling(headers, needs_provider_key=False))  # checked, and at its limit
+    read: list[str] = []
+
+    async def bad_body() -> None:
+        read.append("body")
+        raise Refused(400, "must be a list", field="messages")
+
+    with pytest.raises(Refused) as refused:
+        asyncio.run(calling_then(headers, bad_body, needs_provider_key=False))
+    assert read == ["body"]  # read while the count was on its way
+    assert refused.value.status == 429  # over the rate: the body's error is not the answer
+
+
+def test_no_body_is_read_for_a_key_the_hub_does_not_know(alice: Any) -> None:
+    read: list[str] = []
+
+    async def body() -> None:
+        read.append("body")
+
+    with pytest.raises(Refused) as refused:
+        asyncio.run(calling_then({"x-api-key": "ctxh_nope_000"}, body, needs_provider_key=False))
+    assert refused.value.status == 401
+    assert read == []
 
 
 def test_a_stored_anthropic_oauth_token_goes_as_a_bearer_token_beside_the_clients_betas(

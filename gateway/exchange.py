@@ -140,7 +140,10 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         who, parsed, hashes = await read_request(request, fmt, chained=True)
     except Refused as refused:
         return refusal(fmt.provider, refused)
-    threading = asyncio.ensure_future(_thread(who, parsed, fmt, headers, asked_mode, hashes))
+    earlier = RECORDINGS.continued_by(hashes)  # taken before this exchange's own can start
+    threading = asyncio.ensure_future(
+        _thread(who, parsed, fmt, headers, asked_mode, hashes, earlier)
+    )
     governed = None
     observed = asked_mode == Mode.OBSERVE  # forwarded at once, threaded beside the model
     if not observed:
@@ -197,10 +200,13 @@ async def _thread(
     headers: dict[str, str],
     asked_mode: str | None,
     hashes: list[str],
+    earlier: list[asyncio.Task[None]],
 ) -> Thread | None:
-    """The request's session, its new messages stored; None when storage is away. (Apart
-    from the request's thread: in observe mode the response may be gone before it starts.)"""
-    await RECORDINGS.settled(hashes)
+    """The request's session, its new messages stored, once the ``earlier`` exchanges it
+    continues are recorded; None when storage is away. (Apart from the request's thread: in
+    observe mode the response may be gone before it starts.)"""
+    if earlier:
+        await asyncio.wait(earlier)
     try:
         return await stored_apart(
             threads.thread,
@@ -321,15 +327,16 @@ class Recordings:
         if self._running.get(key) is done:
             del self._running[key]
 
-    async def settled(self, hashes: Sequence[str]) -> None:
-        """Waits for the recordings of the exchanges ``hashes`` continues."""
-        waiting = [
+    def continued_by(self, hashes: Sequence[str]) -> list[asyncio.Task[None]]:
+        """The recordings running of the exchanges ``hashes`` continues (a retry: of the same
+        request too). Taken as the request arrives: its own exchange's recording, started once
+        it is answered, must not be among them (an answer at hand, as the offline model gives,
+        is recorded before the request's threading has begun)."""
+        return [
             task
-            for (length, end), task in list(self._running.items())
+            for (length, end), task in self._running.items()
             if 0 < length <= len(hashes) and hashes[length - 1] == end
         ]
-        if waiting:
-            await asyncio.wait(waiting)
 
     async def idle(self) -> None:
         """Waits until no recording runs in this process (``benchmarks/bench_gateway.py``

@@ -14,6 +14,7 @@ recovery does: the oldest messages go first, pairs stay whole, by the share the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,30 +22,18 @@ from pydantic_ai.messages import ModelMessage
 
 from ctxhub.governance import OverflowRecovery, is_context_overflow
 from ctxhub.governance.recovery import shrink_history, stated_sizes
-from ctxhub.governance.report import MessageReport
 from gateway.wire import WireMessage, WireRequest
 from sessions.models import AgentSession
-from sessions.services.governed import send_context, session_policy
+from sessions.services.governed import GovernedContext, send_context, session_policy
 
-_RESHAPED = frozenset({"dropped", "moved", "synthesized"})
 _RECOVERY = OverflowRecovery()
 """The engine's recovery bounds: the least and most share of the history one retry removes."""
-
-
-def changed_parts(entry: MessageReport) -> frozenset[int] | None:
-    """The parts of a message governance rewrote in place; None when it reshaped the message
-    (parts dropped, moved in or added), so that its parts no longer line up with the client's
-    blocks."""
-    actions = [part.action for part in entry.parts]
-    if _RESHAPED.intersection(actions):
-        return None
-    return frozenset(index for index, action in enumerate(actions) if action != "kept")
 
 
 @dataclass(frozen=True, slots=True)
 class Source:
     """The client's message a governed message stands for (None: governance added it), and the
-    parts governance rewrote in it (None: reshaped)."""
+    parts governance rewrote in it (None: reshaped; empty: none, the client's own text goes)."""
 
     stored: WireMessage | None
     changed: frozenset[int] | None
@@ -53,36 +42,48 @@ class Source:
 @dataclass(frozen=True, slots=True)
 class GovernedRequest:
     body: bytes
-    messages: list[ModelMessage]
+    context: GovernedContext
     sources: list[Source]
     history_tokens: int
     """Tokens of the messages sent, the system prompt aside (what a shrink cuts)."""
 
+    @property
+    def messages(self) -> list[ModelMessage]:
+        """The messages sent (all of them read: only a shrink needs them)."""
+        return self.context.messages
+
 
 def governed_request(session: AgentSession, request: WireRequest, wire: Any) -> GovernedRequest:
-    """The request the upstream gets for ``request`` in govern mode."""
+    """The request the upstream gets for ``request`` in govern mode: O(the messages governance
+    rewrote or added), the others go as the client's own text, never read again."""
     context = send_context(session)
-    kept = context.sent_reports()
     sources = []
-    for entry in kept:
-        seq = context.seq_of(entry.index)
+    for shape in context.sent_shapes():
+        seq = context.seq_of(shape.history_index)
         stored = request.messages[seq] if seq is not None and seq < len(request.messages) else None
-        sources.append(Source(stored, changed_parts(entry)))
+        sources.append(Source(stored, shape.rewritten))
     figures = context.figures
     return GovernedRequest(
-        _written(request, wire, context.messages, sources),
-        context.messages,
+        _written(request, wire, sources, context.sent_message),
+        context,
         sources,
         figures.tokens_after - figures.system_tokens,
     )
 
 
 def _written(
-    request: WireRequest, wire: Any, messages: list[ModelMessage], sources: list[Source]
+    request: WireRequest,
+    wire: Any,
+    sources: list[Source],
+    message_at: Callable[[int], ModelMessage],
 ) -> bytes:
+    """The body for the messages of ``sources``; ``message_at`` gives the governed message at
+    a position, read only for one that is not the client's own, untouched."""
     written = [
-        wire.render(message, source.stored, source.changed)
-        for message, source in zip(messages, sources, strict=True)
+        source.stored.raw
+        if source.stored is not None and source.changed == frozenset()
+        else wire.render(message_at(position), source.stored, source.changed)
+        for position, source in enumerate(sources)
     ]
     body: bytes = wire.body(request, wire.with_breakpoint(request, written))
     return body
@@ -115,4 +116,4 @@ def recovered(
                 Source(None, None),
             )
         sources.append(source)
-    return _written(request, wire, shrunk.messages, sources)
+    return _written(request, wire, sources, shrunk.messages.__getitem__)

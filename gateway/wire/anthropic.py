@@ -311,7 +311,7 @@ def body(request: WireRequest, messages: list[str]) -> bytes:
     """The client's body with its messages replaced by ``messages`` (JSON texts; the system
     prompt's message is left out: the client's ``system`` member stays as it was)."""
     kept = [text for text in messages if not text.startswith(f'{{"role":"{SYSTEM}"')]
-    originals = [m.raw for m in request.messages if m.value.get("role") != SYSTEM]
+    originals = (m.raw for m in request.messages if m.value.get("role") != SYSTEM)
     return replace_items(request.text, request.members["messages"], kept, originals).encode()
 
 

@@ -385,7 +385,7 @@ def body(request: WireRequest, messages: list[str]) -> bytes:
     """The client's body with its messages replaced by ``messages`` (JSON texts, each one
     message or, from ``render``, several joined by ","), every other byte as it was; the body
     itself, spacing between messages included, when they are the client's own."""
-    originals = [message.raw for message in request.messages]
+    originals = (message.raw for message in request.messages)
     return replace_items(request.text, request.members["messages"], messages, originals).encode()
 
 

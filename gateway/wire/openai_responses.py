@@ -492,7 +492,7 @@ def body(request: WireRequest, messages: list[str]) -> bytes:
     body is the client's to the byte; a string ``input`` becomes an array only when something
     changed."""
     kept = [text for text in messages if not text.startswith(_INSTRUCTIONS_PREFIX)]
-    originals = [m.raw for m in request.messages if not m.raw.startswith(_INSTRUCTIONS_PREFIX)]
+    originals = (m.raw for m in request.messages if not m.raw.startswith(_INSTRUCTIONS_PREFIX))
     return replace_items(request.text, request.members["input"], kept, originals).encode()
 
 

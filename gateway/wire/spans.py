@@ -18,8 +18,9 @@ import gc
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from itertools import zip_longest
 from typing import Any, NamedTuple
 
 _DECODER = json.JSONDecoder()
@@ -294,10 +295,11 @@ def splice(text: str, span: Span, replacement: str) -> str:
     return text[: span.start] + replacement + text[span.end :]
 
 
-def replace_items(text: str, span: Span, items: list[str], originals: list[str]) -> str:
+def replace_items(text: str, span: Span, items: list[str], originals: Iterable[str]) -> str:
     """The body with an array's items replaced by ``items`` (JSON texts); the body as it was,
-    spacing between items included, when they are its own ``originals`` in order."""
-    if items == originals:
+    spacing between items included, when they are its own ``originals`` in order (compared up
+    to the first that differs: a governed request of a long conversation starts far into it)."""
+    if all(item == original for item, original in zip_longest(items, originals)):
         return text
     return splice(text, span, "[" + ",".join(items) + "]")
 

@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.core.cache import cache
 from django.db.models import TextField
@@ -49,10 +49,11 @@ CACHE_SECONDS = 6 * 3600
 """How long the last request of a session no request was sent for stays in the cache."""
 
 _REPORTS = TypeAdapter(list[MessageReport])
+_MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _NO_ENTRIES = b'"messages":[]'
 
 
-LAYOUT = 1
+LAYOUT = 2
 """The form of an entry: raised when it changes, so processes of two releases serving at once
 (a rolling deploy) never read each other's."""
 
@@ -65,7 +66,7 @@ def _body_key(session_id: Any) -> str:
     return f"last-request:{LAYOUT}:{session_id}:body"
 
 
-_BODY = ("messages", "entries", "seqs", "kept")
+_BODY = ("items", "entries", "seqs", "shapes")
 """What an entry keeps under a key of its own: the JSON that grows with the session, read
 only once the rest of the entry says it is the one wanted."""
 
@@ -86,28 +87,72 @@ def decided_by(session: AgentSession, revision: int) -> str:
     return hashlib.sha256(json.dumps(decided, sort_keys=True).encode()).hexdigest()
 
 
+_RESHAPED = frozenset({"dropped", "moved", "synthesized"})
+
+
+class SentShape(NamedTuple):
+    """What a message sent is made of: the effective-history index of the message it stands
+    for (None: governance added it) and the parts governance rewrote in place (empty: the
+    message as it is; None: reshaped, parts dropped, moved in or added, so that its parts no
+    longer line up with that message's)."""
+
+    history_index: int | None
+    rewritten: frozenset[int] | None
+
+
+def sent_shape(entry: MessageReport) -> SentShape:
+    """The shape of a message sent, from its report."""
+    actions = [part.action for part in entry.parts]
+    if _RESHAPED.intersection(actions):
+        return SentShape(entry.index, None)
+    return SentShape(
+        entry.index, frozenset(index for index, action in enumerate(actions) if action != "kept")
+    )
+
+
+def message_item(message: ModelMessage) -> bytes:
+    """A message's JSON, as an item of the messages array the API answers with."""
+    return _MESSAGE.dump_json(message)
+
+
+def _shapes_json(shapes: list[SentShape]) -> bytes:
+    return json.dumps(
+        [[index, None if parts is None else sorted(parts)] for index, parts in shapes],
+        separators=(",", ":"),
+    ).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class SentJSON:
     """A request as the API answers with it: its messages and report, as JSON."""
 
-    messages: bytes
-    """The messages, a JSON array."""
+    items: list[bytes]
+    """Each message's JSON (an item of the array the API answers with): a message is read
+    alone, where the caller needs it (the gateway reads only those governance rewrote)."""
     report: bytes
     """The report without its message reports (``"messages":[]``)."""
     entries: bytes
     """The message reports, comma-separated (what goes between the brackets)."""
     seqs: bytes
     """The log seq of each position of the history, a JSON array."""
-    kept: bytes
-    """The reports of the messages sent, in order, a JSON array (what the gateway writes the
-    request from)."""
+    shapes: bytes
+    """The shape of each message sent, in order (``SentShape`` as ``[index, parts]``), a
+    JSON array."""
+
+    def messages_json(self) -> bytes:
+        return b"[" + b",".join(self.items) + b"]"
+
+    def message(self, position: int) -> ModelMessage:
+        return _MESSAGE.validate_json(self.items[position])
 
     def report_json(self) -> bytes:
         return self.report.replace(_NO_ENTRIES, b'"messages":[' + self.entries + b"]", 1)
 
-    def sent_reports(self) -> list[MessageReport]:
-        """The reports of the messages sent, read from ``kept``."""
-        return _REPORTS.validate_json(self.kept)
+    def sent_shapes(self) -> list[SentShape]:
+        return [
+            SentShape(index, None if parts is None else frozenset(parts))
+            for index, parts in json.loads(self.shapes)
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +230,11 @@ def _continued(
     state = GovernorState.model_validate(stored.state)
     if entry["kept_instructions"] and any(f.instructions for f in facts):
         return None  # what a clear kept is stated again: the history is built without it
+    if not entry["items"]:
+        return None  # a request of no messages: nothing to go on from
     last = LastRequest(
-        entry["count"],
-        ModelMessagesTypeAdapter.validate_json(entry["last_message"])[0],
+        len(entry["items"]),
+        _MESSAGE.validate_json(entry["items"][-1]),
         ContextReport.model_validate_json(entry["report"]),
         state,
         tail,
@@ -206,11 +253,11 @@ def _continued(
         return None
     seqs = [seq for seq, *_ in rows]
     sent = SentJSON(
-        _grown(entry["messages"], ModelMessagesTypeAdapter.dump_json(found.added)),
+        [*entry["items"], *map(message_item, found.added)],
         found.report.model_copy(update={"messages": []}).model_dump_json().encode(),
         _joined(entry["entries"], _REPORTS.dump_json(found.added_reports)[1:-1]),
         _grown(entry["seqs"], json.dumps(seqs).encode()),
-        _grown(entry["kept"], _REPORTS.dump_json(found.added_reports)),
+        _grown(entry["shapes"], _shapes_json([sent_shape(e) for e in found.added_reports])),
     )
     state_json = found.state.model_dump(mode="json")
     grown_entry = {
@@ -218,7 +265,7 @@ def _continued(
         "version": stored.version + 1,
         "state": _state_digest(state_json),
         "last_seq": seqs[-1],
-        **_json_fields(sent, last.sent + len(found.added), found.added[-1]),
+        **_json_fields(sent),
         "tail": [f.to_json() for f in (tail + facts)[-2:]],
         "acted": False,
     }
@@ -248,9 +295,9 @@ def remember_whole(
     head = report.model_copy(update={"messages": []}).model_dump_json().encode()
     before, after = head.split(_NO_ENTRIES, 1)
     entries = whole[len(before) + len(b'"messages":[') : len(whole) - len(after) - 1]
-    messages = context.messages
-    kept = _REPORTS.dump_json([entry for entry in report.messages if entry.kept])
-    sent = SentJSON(context.messages_json(), head, entries, json.dumps(context.seqs).encode(), kept)
+    shapes = _shapes_json(context.sent_shapes())
+    seqs = json.dumps(context.seqs).encode()
+    sent = SentJSON(context.message_items(), head, entries, seqs, shapes)
     held = history.kept
     remember(
         session,
@@ -259,7 +306,7 @@ def remember_whole(
             "state": _state_digest(state),
             "decided_by": decided_by(session, history.state.revision),
             "last_seq": history.last_seq,
-            **_json_fields(sent, len(messages), messages[-1] if messages else None),
+            **_json_fields(sent),
             "tail": [f.to_json() for f in history.facts[-2:]],
             "acted": context.acted is not None,
             "kept_instructions": held is not None and held.instructions,
@@ -300,15 +347,13 @@ def _state_digest(state: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
-def _json_fields(sent: SentJSON, count: int, last: ModelMessage | None) -> dict[str, Any]:
+def _json_fields(sent: SentJSON) -> dict[str, Any]:
     return {
-        "messages": sent.messages,
+        "items": sent.items,
         "report": sent.report,
         "entries": sent.entries,
         "seqs": sent.seqs,
-        "kept": sent.kept,
-        "count": count,
-        "last_message": b"" if last is None else ModelMessagesTypeAdapter.dump_json([last]),
+        "shapes": sent.shapes,
     }
 
 

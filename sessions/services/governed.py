@@ -28,7 +28,6 @@ from ctxhub.governance import (
     is_summary,
     read_evicted,
 )
-from ctxhub.governance.report import MessageReport
 from ctxhub.governance.tokens import context_window, tokenizer_for
 from sessions import snapshots, telemetry
 from sessions.history import EffectiveHistory, effective_history, is_remembered, pinned_seqs
@@ -37,9 +36,12 @@ from sessions.services.collector import collector_paused
 from sessions.services.continuing import (
     Continuation,
     SentJSON,
+    SentShape,
     continued_request,
+    message_item,
     remember,
     remember_whole,
+    sent_shape,
 )
 from sessions.services.errors import Invalid
 from sessions.services.sending import Sent, StoredState, action_words, record_sent, stored_state
@@ -121,7 +123,7 @@ class GovernedContext:
         self._sent = sent
         self._figures = figures
         self._prefix_tokens = prefix_tokens
-        self._messages_json: bytes | None = None
+        self._items: list[bytes] | None = None
         self._report_json: bytes | None = None
 
     @classmethod
@@ -140,8 +142,15 @@ class GovernedContext:
     def messages(self) -> list[ModelMessage]:
         if self._messages is None:
             assert self._sent is not None
-            self._messages = ModelMessagesTypeAdapter.validate_json(self._sent.messages)
+            self._messages = ModelMessagesTypeAdapter.validate_json(self._sent.messages_json())
         return self._messages
+
+    def sent_message(self, position: int) -> ModelMessage:
+        """The message sent at ``position``, read alone from a continued context (as the
+        gateway reads the few governance rewrote)."""
+        if self._messages is None and self._sent is not None:
+            return self._sent.message(position)
+        return self.messages[position]
 
     @property
     def governed(self) -> Governed:
@@ -197,22 +206,26 @@ class GovernedContext:
         figures = self.figures
         return figures.tokens_after + figures.tool_definition_tokens
 
-    def sent_reports(self) -> list[MessageReport]:
-        """The reports of the messages sent, in order (without parsing a continued context's
-        whole report)."""
+    def sent_shapes(self) -> list[SentShape]:
+        """The shape of each message sent, in order (without parsing a continued context's
+        report)."""
         if self._sent is not None and self._report is None:
-            return self._sent.sent_reports()
-        return [entry for entry in self.report.messages if entry.kept]
+            return self._sent.sent_shapes()
+        return [sent_shape(entry) for entry in self.report.messages if entry.kept]
+
+    def message_items(self) -> list[bytes]:
+        """Each message's JSON (written once: a request sent whole is kept for the next as
+        these items too)."""
+        if self._items is None:
+            if self._sent is not None:
+                self._items = self._sent.items
+            else:
+                self._items = [message_item(message) for message in self.messages]
+        return self._items
 
     def messages_json(self) -> bytes:
-        """The messages as JSON (what the API answers with; written once: a request sent
-        whole is kept for the next as this JSON too)."""
-        if self._messages_json is None:
-            if self._sent is not None:
-                self._messages_json = self._sent.messages
-            else:
-                self._messages_json = ModelMessagesTypeAdapter.dump_json(self.messages)
-        return self._messages_json
+        """The messages as JSON, the array the API answers with."""
+        return b"[" + b",".join(self.message_items()) + b"]"
 
     def report_json(self) -> bytes:
         """The report as JSON (what the API answers with; written once, as the messages)."""

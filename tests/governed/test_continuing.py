@@ -9,12 +9,17 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    UserPromptPart,
+)
 
 from sessions import services
 from sessions.models import AgentSession, EvictedOutput, SentRequest, SessionGovernor
 from sessions.services import continuing
-from sessions.services.continuing import forget
+from sessions.services.continuing import forget, sent_shape
 from sessions.services.governed import GovernedContext
 from sessions.services.tools import set_tools
 from tests.factories import make_session
@@ -62,7 +67,7 @@ def _request(session: AgentSession, context: GovernedContext) -> dict[str, Any]:
     return {
         "messages": context.messages_json(),
         "report": context.report_json(),
-        "sent": context.sent_reports(),
+        "sent": context.sent_shapes(),
         "state": SessionGovernor.objects.get(session=session).state,
         "recorded": recorded,
         "evicted": sorted(
@@ -108,8 +113,25 @@ def test_a_continued_request_parses_its_messages_and_report_only_when_read(alice
     assert context.report.model_dump_json().encode() == body
     assert context.report.messages_before == len(context.seqs)
     assert context.tokens == context.report.tokens_after + context.report.tool_definition_tokens
-    assert context.sent_reports() == [entry for entry in context.report.messages if entry.kept]
-    assert len(context.sent_reports()) == len(context.messages)
+    shapes = context.sent_shapes()
+    assert shapes == [sent_shape(entry) for entry in context.report.messages if entry.kept]
+    assert len(shapes) == len(context.messages)
+
+
+def test_a_continued_request_reads_a_message_alone(alice: Any) -> None:
+    session = make_session(alice, policy=POLICY)
+    for batch in _appends(3):
+        services.append_messages(session, batch)
+        services.send_context(session)
+    services.append_messages(session, _appends(4)[-1])
+    context = services.send_context(session)
+    assert context.source == "continued"
+    shapes = context.sent_shapes()
+    alone = [context.sent_message(position) for position in range(len(shapes))]
+    assert context._messages is None and context._report is None
+    assert alone == context.messages
+    # Its items are the array the API answers with, byte for byte.
+    assert context.messages_json() == ModelMessagesTypeAdapter.dump_json(context.messages)
 
 
 def test_an_entry_that_is_not_one_is_governed_whole_and_written_anew(alice: Any) -> None:

@@ -13,12 +13,14 @@ carries API keys, not cookies, and its answers are the provider's.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from typing import Any
+from typing import Any, BinaryIO
 
 from asgiref.sync import ThreadSensitiveContext
+from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
@@ -43,6 +45,28 @@ class GatewayHandler(ASGIHandler):
                 await self._handle(scope, receive, send)
         finally:
             self._idle_threads.append(thread)
+
+    async def read_body(self, receive: Any) -> BinaryIO:
+        """The body, in memory. (Django's spools a body over ``FILE_UPLOAD_MAX_MEMORY_SIZE`` to
+        disk, with a hop to a thread for every chunk written after that: a long conversation's
+        body spent more time there than in being read.) What is past the most a request may
+        carry is read and dropped, a byte of it kept, so that reading the body refuses it
+        (``RequestDataTooBig``) as Django's own does."""
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        keep = None if limit is None else limit + 1
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            if keep is None or size < keep:
+                chunk = chunk if keep is None else chunk[: keep - size]
+                chunks.append(chunk)
+                size += len(chunk)
+            if not message.get("more_body", False):
+                return io.BytesIO(b"".join(chunks))
 
     async def _handle(self, scope: Any, receive: Any, send: Any) -> None:
         try:

@@ -22,6 +22,7 @@ _OPENAI_TYPES = {
     401: "invalid_request_error",
     403: "invalid_request_error",
     404: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_exceeded",
     502: "server_error",
     503: "server_error",

@@ -32,6 +32,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import (
     HttpRequest,
@@ -106,9 +108,13 @@ async def read_request(
 ) -> tuple[Caller, WireRequest, list[str]]:
     """Who is calling, what they sent and (``chained``) its messages' chain hashes; Refused
     (with the field at fault) otherwise."""
-    body = request.body
 
     async def read() -> tuple[WireRequest, list[str]]:
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            most = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            raise Refused(413, f"the body is over {most:,} bytes, the most the hub takes") from None
         try:
             if len(body) <= READ_IN_LOOP_BYTES:
                 return _parsed(fmt, body, chained)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
 import httpx
 import httpx2
 import pytest
+from django.conf import settings
 from django.test import Client
 
 from gateway.chain import canonical
@@ -465,6 +466,40 @@ def test_a_wrong_body_or_key_is_refused_in_the_providers_shape_and_nothing_is_st
     )
     assert without_provider_key.status_code == 401
     assert "X-Ctxhub-Key" in without_provider_key.json()["error"]["message"]
+    assert not AgentSession.objects.exists()
+    assert not upstream.received
+
+
+def test_a_body_over_the_most_the_hub_takes_is_refused_whole_or_chunked(
+    served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
+) -> None:
+    # The server's limit is the default, 20 MiB: one byte more, with its length stated and
+    # sent in chunks of unstated length.
+    prompt = "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+    body = json.dumps(
+        {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": prompt}]}
+    ).encode()
+    headers = {"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key}
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 1 << 20):
+            yield body[start : start + (1 << 20)]
+
+    endpoint = f"{served[0]}/gateway/anthropic/v1/messages"
+    for content in (body, chunks()):
+        refused = httpx.post(endpoint, content=content, headers=headers, timeout=60)
+        assert refused.status_code == 413
+        assert refused.json()["error"] == {
+            "type": "request_too_large",
+            "message": "the body is over 20,971,520 bytes, the most the hub takes",
+        }
+    openai = httpx.post(
+        f"{served[0]}/gateway/openai/v1/chat/completions",
+        content=body,
+        headers={"authorization": f"Bearer {PROVIDER_KEY}", "x-ctxhub-key": hub_key},
+    )
+    assert openai.status_code == 413
+    assert openai.json()["error"]["type"] == "invalid_request_error"
     assert not AgentSession.objects.exists()
     assert not upstream.received
 

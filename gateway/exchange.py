@@ -54,7 +54,7 @@ from gateway.storage import stored, stored_apart
 from gateway.threads import Thread
 from gateway.upstream import Answer, UpstreamTimeout, UpstreamUnreachable, call
 from gateway.wire import BodyError, StoredResponse, WireRequest
-from gateway.wire.spans import collector_paused
+from gateway.wire.spans import TooMuchToRead, collector_paused, reading_at_most
 from gateway.wire.sse import EventReader
 
 log = logging.getLogger(__name__)
@@ -98,9 +98,14 @@ SENT: ContextVar[asyncio.Event | None] = ContextVar("gateway_sent", default=None
 recorded after that, so the storage work never competes with sending the answer."""
 
 
-READ_IN_LOOP_BYTES = 32 * 1024
-"""A body this small is read in the event loop (a few milliseconds at most, read whole): the
-hop to a thread and back would cost more than it saves."""
+READ_IN_LOOP_CHARACTERS = 32 * 1024
+"""The most of a body's JSON the event loop decodes itself (well under a millisecond): a body
+with more new to the process is read on a thread. A conversation's next request is mostly what
+the process read before, compared rather than decoded: it is read in the loop, saving the hop
+to a thread and back."""
+READ_IN_LOOP_BYTES = 2 * 2**20
+"""A body larger than this is read on a thread, whatever is new in it: copying and comparing
+it alone takes milliseconds."""
 
 
 async def read_request(
@@ -117,9 +122,13 @@ async def read_request(
             raise Refused(413, f"the body is over {most:,} bytes, the most the hub takes") from None
         try:
             if len(body) <= READ_IN_LOOP_BYTES:
-                return _parsed(fmt, body, chained)
-            # Off the event loop: the first request of a long conversation a process sees is
-            # read and hashed whole (a 20,000-message body in about 0.7 s) while others relay.
+                try:
+                    with reading_at_most(READ_IN_LOOP_CHARACTERS):
+                        return _parsed(fmt, body, chained)
+                except TooMuchToRead:
+                    pass
+            # The first request of a long conversation a process sees is read and hashed
+            # whole (a 20,000-message body in about 0.7 s) while others relay.
             return await asyncio.to_thread(_parsed, fmt, body, chained)
         except BodyError as error:
             raise Refused(400, error.message, field=error.field or None) from None

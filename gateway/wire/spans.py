@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from itertools import zip_longest
 from typing import Any, NamedTuple
 
@@ -73,9 +74,40 @@ def _skip(text: str, at: int) -> int:
     return at
 
 
+class TooMuchToRead(Exception):
+    """More of a body is to be decoded than ``reading_at_most`` allows."""
+
+
+_BUDGET: ContextVar[list[int] | None] = ContextVar("gateway_read_budget", default=None)
+
+
+@contextmanager
+def reading_at_most(characters: int) -> Iterator[None]:
+    """Within it, reading a body that decodes more than ``characters`` of its JSON raises
+    TooMuchToRead, early: an event loop reads a body itself when little of it is new to the
+    process (the rest is remembered, compared, not decoded), and hands it to a thread
+    otherwise."""
+    token = _BUDGET.set([characters])
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 def _value(text: str, at: int, field: str, item: int | None = None) -> tuple[Any, int]:
     """The JSON value at ``at`` and where it ends; a BodyError naming ``field`` (its ``item``
     when it is one of an array's, named only if it is wrong)."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        decoded = _decoded(text, at, field, item)
+        budget[0] -= decoded[1] - at
+        if budget[0] < 0:
+            raise TooMuchToRead
+        return decoded
+    return _decoded(text, at, field, item)
+
+
+def _decoded(text: str, at: int, field: str, item: int | None) -> tuple[Any, int]:
     try:
         return _DECODER.raw_decode(text, at)
     except json.JSONDecodeError as exc:

@@ -156,3 +156,23 @@ def test_a_process_told_to_remember_nothing_reads_every_body_whole() -> None:
         spans.remember_at_most(spans._Memory.CHARACTERS)
     openai_chat.parse(_chat("third"))
     assert openai_chat.parse(_chat("third", "next")).members["messages"].known is not None
+
+
+def test_a_body_mostly_remembered_is_read_within_a_small_budget_and_a_new_one_stops_early() -> None:
+    history = [
+        _result(f"t{n}", "x" * 2_000) if n % 2 else _call(f"t{n}", "a.py") for n in range(40)
+    ]
+    body = _body([{"role": "user", "content": "go"}, *history[:-1]], system="Be brief.")
+    budget = 4_096
+    assert len(body) > 10 * budget
+    with pytest.raises(spans.TooMuchToRead), spans.reading_at_most(budget):
+        anthropic.parse(body)  # nothing of it remembered: it stops at the budget
+    first = anthropic.parse(body)  # read whole, as a thread reads it
+    following = _body([{"role": "user", "content": "go"}, *history], system="Be brief.")
+    with spans.reading_at_most(budget):
+        read = anthropic.parse(following)  # one result new: well within the budget
+    assert read.members["messages"].known is not None
+    assert len(read.messages) == len(first.messages) + 1
+    assert all(a is b for a, b in zip(first.messages[1:], read.messages[1:-1], strict=True))
+    spans.forget_all()
+    _same(read, anthropic.parse(following))

@@ -79,18 +79,13 @@ _SQLITE = """
 def store_pieces(session: AgentSession, messages: Iterable[tuple[int, ModelMessage]]) -> None:
     """Store the searchable pieces of ``(seq, message)`` pairs just logged (in the append's
     transaction, so a message is never logged without them)."""
-    MessagePiece.objects.bulk_create(
-        MessagePiece(
-            session=session,
-            seq=p.seq,
-            part=p.part,
-            offset=p.offset,
-            kind=p.kind,
-            tool_name=p.tool_name or "",
-            text=p.text,
-        )
-        for seq, message in messages
-        for p in pieces(seq, message)
+    MessagePiece.objects.insert(
+        session,
+        (
+            (p.seq, p.part, p.offset, p.kind, p.tool_name or "", p.text)
+            for seq, message in messages
+            for p in pieces(seq, message)
+        ),
     )
 
 

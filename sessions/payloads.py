@@ -192,6 +192,13 @@ def _problem(character: str) -> str:
     return f"contains a lone surrogate (\\u{ord(character):04x}), which is not Unicode text"
 
 
+def no_constant(name: str) -> Any:
+    """Python's JSON parser reads ``NaN``, ``Infinity`` and ``-Infinity``; JSON has no such
+    values, and none can be written back (they become null). Given as ``parse_constant``, it
+    refuses them as the parser refuses any other text that is not JSON."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def message_from_payload(payload: dict[str, Any]) -> ModelMessage:
     """A stored payload back as a message (already validated when it was stored)."""
     return ModelMessagesTypeAdapter.validate_python([payload])[0]

@@ -143,12 +143,11 @@ class _Reader:
         if kind == "system" and value.get("subtype") == "compact_boundary":
             meta = value.get("compactMetadata")
             meta = meta if isinstance(meta, dict) else {}
-            trigger, before = meta.get("trigger"), meta.get("preTokens")
+            trigger = meta.get("trigger")
             self._close(stream)
             self.boundary[stream.source] = Compacted(
                 summary="",
                 trigger=trigger if trigger in ("manual", "auto") else "",
-                tokens_before=before if isinstance(before, int) and before >= 0 else None,
                 lines=[line.number],
                 at=timestamp(value.get("timestamp")),
             )
@@ -218,7 +217,7 @@ class _Reader:
 
     def _compacted(self, stream: Stream, view: ModelMessage, line: Line) -> None:
         compaction = self.boundary.pop(stream.source, None) or Compacted(
-            "", "", None, [], timestamp(None)
+            "", "", [], timestamp(None)
         )
         compaction.summary = _prompt(view)
         compaction.lines.append(line.number)

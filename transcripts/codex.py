@@ -155,7 +155,6 @@ class _Reader:
         meta = _meta(value)
         if meta is not None:
             self.stream.parent = self.stream.parent or _parent(meta)
-            self.stream.cwd = self.stream.cwd or str(meta.get("cwd") or "")
             return
         kind = value.get("type")
         payload = value.get("payload")
@@ -244,9 +243,7 @@ class _Reader:
             summary = _replacement_summary(payload.get("replacement_history"))
         spent = self.loose[1] if self.loose is not None else None
         self.loose = None
-        self.stream.units.append(
-            Compacted(summary, "", None, [line.number], at, spent, PROMPTS_KEPT)
-        )
+        self.stream.units.append(Compacted(summary, "", [line.number], at, spent, PROMPTS_KEPT))
 
     def finish(self) -> None:
         for said, items in self.responses:

@@ -21,6 +21,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.usage import RequestUsage
 
 from gateway.wire import BodyError
+from sessions.payloads import no_constant
 
 MAX_LINE_BYTES = 64 * 2**20
 """A longer line is reported, not read: no agent writes one (Claude Code's largest, a tool
@@ -53,8 +54,6 @@ class Compacted:
     summary: str
     trigger: str
     """manual or auto, as the agent recorded it ('' when it did not)."""
-    tokens_before: int | None
-    """The context's size then, as the agent counted it."""
     lines: list[int]
     at: datetime | None
     usage: RequestUsage | None = None
@@ -104,7 +103,6 @@ class Stream:
     """The model that answered first, as ctxhub names it (``anthropic:claude-…``)."""
     title: str = ""
     """The first prompt's opening words."""
-    cwd: str = ""
     units: list[Unit] = field(default_factory=list)
 
     def joined_results(self, view: ModelMessage, line: int) -> bool:
@@ -164,7 +162,7 @@ def parsed_line(line: Line) -> dict[str, Any] | str:
     if len(line.text) > MAX_LINE_BYTES:
         return f"longer than {MAX_LINE_BYTES // 2**20} MB"
     try:
-        value = json.loads(line.text)
+        value = json.loads(line.text, parse_constant=no_constant)
     except RecursionError:
         return "nested too deep"
     except ValueError as exc:

@@ -24,7 +24,9 @@ from contextvars import ContextVar
 from itertools import zip_longest
 from typing import Any, NamedTuple
 
-_DECODER = json.JSONDecoder()
+from sessions.payloads import no_constant
+
+_DECODER = json.JSONDecoder(parse_constant=no_constant)
 _WHITESPACE = " \t\n\r"
 
 
@@ -175,7 +177,7 @@ def _items(text: str, start: int, field: str, reader: str) -> tuple[list[Span], 
     at = _skip(text, start + 1)
     if text.startswith("]", at):
         return items, None, at + 1
-    value, end = _value(text, at, field)
+    value, end = _value(text, at, field, 0)
     known = _MEMORY.opening(text, start, (reader, text[at:end])) if reader else None
     if known is None:
         items.append(Span(text[at:end], at - start, end - start, value))
@@ -190,7 +192,7 @@ def _items(text: str, start: int, field: str, reader: str) -> tuple[list[Span], 
             return items, known, at + 1
         else:
             raise BodyError(field, f"not valid JSON (',' or ']' expected at character {at})")
-        value, end = _value(text, at, field)
+        value, end = _value(text, at, field, len(items))
         items.append(Span(text[at:end], at - start, end - start, value))
 
 

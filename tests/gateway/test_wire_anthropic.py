@@ -172,11 +172,19 @@ def test_a_message_governance_added_is_written_from_its_parts() -> None:
         (b'{"model": "m", "system": 5, "messages": []}', "system"),
         (b'{"model": "m", "messages": [], "stream": "yes"}', "stream"),
         (b'{"model": "m", "messages": [], "tools": [{"description": "x"}]}', "tools[0].name"),
-        (b'{"model": "m", "messages": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "messages"),
+        (b'{"model": "m", "messages": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "messages[0]"),
         (b'{"model": "m", "max_tokens": 1' + b"0" * 5000 + b', "messages": []}', "max_tokens"),
         (b'{"model": "m", "messages": []} trailing', ""),
-        (b'{"model": "m", "messages": [}', "messages"),
+        (b'{"model": "m", "messages": [}', "messages[0]"),
         ('{"model": "caf\u00e9"}'.encode("latin-1"), ""),
+        # Python's parser reads these; JSON has no such values, and none could be stored.
+        (b'{"model": "m", "max_tokens": Infinity, "messages": []}', "max_tokens"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}, '
+            b'{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", '
+            b'"input": {"v": NaN}}]}]}',
+            "messages[1]",
+        ),
     ],
 )
 def test_a_wrong_body_names_its_field(body: bytes, field: str) -> None:

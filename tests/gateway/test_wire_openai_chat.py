@@ -356,10 +356,10 @@ def _body(messages: str, extra: str = "") -> bytes:
         (_body("", ', "tools": {}'), "tools"),
         (_body("", ', "tools": [{"function": {"name": "f"}}]'), "tools[0].type"),
         (_body("", ', "tools": [{"type": "function", "function": {}}]'), "tools[0].function.name"),
-        (_body("[" * 100_000 + "]" * 100_000), "messages"),
+        (_body("[" * 100_000 + "]" * 100_000), "messages[0]"),
         (b'{"model": "m", "max_tokens": 1' + b"0" * 5000 + b', "messages": []}', "max_tokens"),
         (_body("") + b" trailing", ""),
-        (b'{"model": "m", "messages": [}', "messages"),
+        (b'{"model": "m", "messages": [}', "messages[0]"),
         ('{"model": "caf\u00e9", "messages": []}'.encode("latin-1"), ""),
     ],
 )

@@ -422,7 +422,7 @@ def test_the_providers_stored_state_is_refused_naming_the_field(field: str) -> N
         (b'{"model": "m", "input": [], "tools": {}}', "tools"),
         (b'{"model": "m", "input": [], "tools": [{"name": "x"}]}', "tools[0].type"),
         (b'{"model": "m", "input": [], "tools": [{"type": "function"}]}', "tools[0].name"),
-        (b'{"model": "m", "input": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "input"),
+        (b'{"model": "m", "input": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "input[0]"),
         (b'{"model": "m", "input": []} trailing', ""),
         ('{"model": "caf\u00e9"}'.encode("latin-1"), ""),
     ],

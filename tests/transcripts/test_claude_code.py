@@ -14,7 +14,9 @@ from pydantic_ai.messages import ModelRequest, ModelResponse
 
 from ctxhub.governance import Policy
 from sessions.models import Compaction, Message
+from tests.transcripts import lines
 from tests.transcripts.fixtures.claude_code import Manifest, SessionManifest, write_project
+from transcripts.importing import import_bytes
 from transcripts.models import KeptLine, Transcript, TranscriptFile
 from transcripts.whatif import CALIBRATION_REQUESTS, replay
 
@@ -161,3 +163,27 @@ def test_calibrated_on_ten_responses_the_rest_are_predicted_within_three_percent
     assert len(later) == project.main.response_count - CALIBRATION_REQUESTS
     for row in later:
         assert abs(row.predicted - row.agent.input) <= 0.03 * row.agent.input, row
+
+
+def test_a_line_with_a_number_json_has_not_is_reported_and_the_rest_imported(
+    alice: Any,
+) -> None:
+    # NaN and Infinity are read by Python's parser, never written by an agent's (JSON has no
+    # such values): such a line is broken, not stored with a null in its place.
+    spent: dict[str, Any] = {**lines.usage(0, 900, 4), "output_tokens": float("nan")}
+    answer = lines.answer("a1", "u1", 2, "m1", lines.text("Looking."), spent)
+    assert '"output_tokens": NaN' in answer  # as Python's json writes it
+    data = (
+        lines.prompt("u1", None, 0, "Fix the cart")
+        + answer
+        + lines.prompt("u2", "a1", 3, "And the tests?")
+    ).encode()
+
+    report = import_bytes(f"{lines.SESSION}.jsonl", data, alice)
+
+    assert report.broken == [(2, "not JSON (NaN is not a JSON value)")]
+    session = Transcript.objects.get(source=lines.SESSION).session
+    assert [m.message.parts[0].content for m in session.messages.order_by("seq")] == [
+        "Fix the cart",
+        "And the tests?",
+    ]

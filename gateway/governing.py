@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic_ai.messages import ModelMessage
 
@@ -30,10 +30,10 @@ _RECOVERY = OverflowRecovery()
 """The engine's recovery bounds: the least and most share of the history one retry removes."""
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
+class Source(NamedTuple):
     """The client's message a governed message stands for (None: governance added it), and the
-    parts governance rewrote in it (None: reshaped; empty: none, the client's own text goes)."""
+    parts governance rewrote in it (None: reshaped; empty: none, the client's own text goes).
+    (A named tuple: a request of a long session makes thousands.)"""
 
     stored: WireMessage | None
     changed: frozenset[int] | None

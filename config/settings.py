@@ -276,6 +276,12 @@ CTXHUB_GATEWAY_TIMEOUT_SECONDS = env_int("CTXHUB_GATEWAY_TIMEOUT_SECONDS", 600, 
 # arrays), so a client's next request costs what it adds to read: at most this many MB of
 # text (0: none remembered, every body read whole).
 CTXHUB_GATEWAY_READ_MEMORY_MB = env_int("CTXHUB_GATEWAY_READ_MEMORY_MB", 64, minimum=0)
+# The largest body the gateway takes: Anthropic's Messages API takes 32 MB, more than the
+# hub's other endpoints (CTXHUB_MAX_UPLOAD_BYTES), and a conversation the provider would take
+# must not be refused on the way (in govern mode it may well be sent smaller).
+CTXHUB_GATEWAY_MAX_BODY_BYTES = env_int(
+    "CTXHUB_GATEWAY_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1024
+)
 # Transcripts followed by the web process as their agents write them (folders or files,
 # separated by ":"; e.g. ~/.claude/projects:~/.codex/sessions), into the sessions of the user
 # CTXHUB_FOLLOW_OWNER. For the embedded default, whose channel layer reaches only the pages of

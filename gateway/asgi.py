@@ -21,8 +21,8 @@ from typing import Any, BinaryIO
 
 from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
-from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.exceptions import RequestAborted, RequestDataTooBig
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.handlers.base import BaseHandler
 from django.http import HttpResponseBase, JsonResponse
 from django.urls import Resolver404, resolve, set_script_prefix
@@ -33,7 +33,23 @@ from sessions.telemetry import served
 log = logging.getLogger(__name__)
 
 
+class GatewayRequest(ASGIRequest):
+    """A gateway request, whose body may be as large as the provider takes
+    (``CTXHUB_GATEWAY_MAX_BODY_BYTES``), not as the hub's other endpoints
+    (``CTXHUB_MAX_UPLOAD_BYTES``); ``RequestDataTooBig`` past that."""
+
+    @property
+    def body(self) -> bytes:
+        if not hasattr(self, "_body"):
+            self._body = self.read()
+        if len(self._body) > settings.CTXHUB_GATEWAY_MAX_BODY_BYTES:
+            raise RequestDataTooBig("the body is over CTXHUB_GATEWAY_MAX_BODY_BYTES")
+        return self._body
+
+
 class GatewayHandler(ASGIHandler):
+    request_class = GatewayRequest
+
     def __init__(self) -> None:
         BaseHandler.__init__(self)  # no middleware to load
         self._idle_threads: list[ThreadPoolExecutor] = []
@@ -51,18 +67,16 @@ class GatewayHandler(ASGIHandler):
         disk, with a hop to a thread for every chunk written after that: a long conversation's
         body spent more time there than in being read.) What is past the most a request may
         carry is read and dropped, a byte of it kept, so that reading the body refuses it
-        (``RequestDataTooBig``) as Django's own does."""
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        keep = None if limit is None else limit + 1
+        (``GatewayRequest``)."""
+        keep = settings.CTXHUB_GATEWAY_MAX_BODY_BYTES + 1
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise RequestAborted()
-            chunk = message.get("body", b"")
-            if keep is None or size < keep:
-                chunk = chunk if keep is None else chunk[: keep - size]
+            if size < keep:
+                chunk = message.get("body", b"")[: keep - size]
                 chunks.append(chunk)
                 size += len(chunk)
             if not message.get("more_body", False):

@@ -118,7 +118,7 @@ async def read_request(
         try:
             body = request.body
         except RequestDataTooBig:
-            most = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            most = settings.CTXHUB_GATEWAY_MAX_BODY_BYTES
             raise Refused(413, f"the body is over {most:,} bytes, the most the hub takes") from None
         try:
             if len(body) <= READ_IN_LOOP_BYTES:

@@ -470,38 +470,47 @@ def test_a_wrong_body_or_key_is_refused_in_the_providers_shape_and_nothing_is_st
     assert not upstream.received
 
 
-def test_a_body_over_the_most_the_hub_takes_is_refused_whole_or_chunked(
+def test_a_body_the_provider_takes_is_taken_and_one_over_it_refused_whole_or_chunked(
     served: tuple[str, FakeUpstream], upstream: FakeUpstream, hub_key: str
 ) -> None:
-    # The server's limit is the default, 20 MiB: one byte more, with its length stated and
-    # sent in chunks of unstated length.
-    prompt = "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
-    body = json.dumps(
-        {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": prompt}]}
-    ).encode()
-    headers = {"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key}
+    most = settings.CTXHUB_GATEWAY_MAX_BODY_BYTES  # Anthropic's 32 MB, over the hub's uploads
+    assert most > settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    headers = {"x-api-key": PROVIDER_KEY, "x-ctxhub-key": hub_key, "x-ctxhub-mode": "observe"}
+    endpoint = f"{served[0]}/gateway/anthropic/v1/messages"
+
+    def body(size: int) -> bytes:
+        """A request of ``size`` bytes, most of them in a member the hub forwards unread."""
+        request = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        shell = json.dumps({**request, "padding": ""}).encode()
+        return json.dumps({**request, "padding": "x" * (size - len(shell))}).encode()
+
+    taken = body(most)
+    assert len(taken) == most
+    answered = httpx.post(endpoint, content=taken, headers=headers, timeout=60)
+    assert answered.status_code == 200
+    assert upstream.received[-1].body == taken
+
+    over = body(most + 1)
 
     def chunks() -> Iterator[bytes]:
-        for start in range(0, len(body), 1 << 20):
-            yield body[start : start + (1 << 20)]
+        for start in range(0, len(over), 1 << 20):
+            yield over[start : start + (1 << 20)]
 
-    endpoint = f"{served[0]}/gateway/anthropic/v1/messages"
-    for content in (body, chunks()):
+    for content in (over, chunks()):
         refused = httpx.post(endpoint, content=content, headers=headers, timeout=60)
         assert refused.status_code == 413
         assert refused.json()["error"] == {
             "type": "request_too_large",
-            "message": "the body is over 20,971,520 bytes, the most the hub takes",
+            "message": "the body is over 33,554,432 bytes, the most the hub takes",
         }
     openai = httpx.post(
         f"{served[0]}/gateway/openai/v1/chat/completions",
-        content=body,
+        content=over,
         headers={"authorization": f"Bearer {PROVIDER_KEY}", "x-ctxhub-key": hub_key},
     )
     assert openai.status_code == 413
     assert openai.json()["error"]["type"] == "invalid_request_error"
-    assert not AgentSession.objects.exists()
-    assert not upstream.received
+    assert len(upstream.received) == 1
 
 
 def test_a_client_that_goes_away_mid_stream_cancels_the_upstream_and_keeps_what_came(

@@ -159,6 +159,7 @@ async def handle(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     threading = asyncio.ensure_future(
         _thread(who, parsed, fmt, headers, asked_mode, hashes, earlier)
     )
+    RECORDINGS.threading(threading, hashes)
     governed = None
     observed = asked_mode == Mode.OBSERVE  # forwarded at once, threaded beside the model
     if not observed:
@@ -215,7 +216,7 @@ async def _thread(
     headers: dict[str, str],
     asked_mode: str | None,
     hashes: list[str],
-    earlier: list[asyncio.Task[None]],
+    earlier: list[asyncio.Future[Any]],
 ) -> Thread | None:
     """The request's session, its new messages stored, once the ``earlier`` exchanges it
     continues are recorded; None when storage is away. (Apart from the request's thread: in
@@ -320,33 +321,42 @@ async def _relay(
 
 
 class Recordings:
-    """The exchanges being recorded after their clients had the answer, by the conversation
-    they end: the conversation's next request waits for its previous exchange's, so the answer
-    is stored before the request that carries it back is threaded (and not stored twice). A
-    request that reaches another process first stores the answer as the client sent it back;
-    the recording then finds the session moved on and leaves the log alone."""
+    """The exchanges under way in this process, by the conversation they end: the request
+    being threaded into its session, then the answer being recorded after the client had it.
+    The conversation's next request waits for its previous exchange's, so that it is threaded
+    after the request before it (not beside it, which would fork the session) and after the
+    answer is stored (not stored twice). A request that reaches another process first stores
+    the answer as the client sent it back; the recording then finds the session moved on and
+    leaves the log alone."""
 
     def __init__(self) -> None:
-        self._running: dict[tuple[int, str], asyncio.Task[None]] = {}
+        self._running: dict[tuple[int, str], asyncio.Future[Any]] = {}
+
+    def threading(self, task: asyncio.Future[Thread | None], hashes: Sequence[str]) -> None:
+        """``task`` threads a request whose chain is ``hashes`` into its session: waited for
+        by the requests that continue it until its recording starts (which waits for it)."""
+        self._track(task, hashes)
 
     def start(
         self, outcome: Outcome, hashes: Sequence[str], live: LiveAnswer | None = None
     ) -> None:
         """Records ``outcome`` (of a request whose chain is ``hashes``) in the background."""
+        self._track(asyncio.ensure_future(_record(outcome, SENT.get(), live)), hashes)
+
+    def _track(self, task: asyncio.Future[Any], hashes: Sequence[str]) -> None:
         key = (len(hashes), hashes[-1] if hashes else "")
-        task = asyncio.ensure_future(_record(outcome, SENT.get(), live))
         self._running[key] = task  # a retry of the same request: the newer one is waited for
         task.add_done_callback(lambda done: self._forget(key, done))
 
-    def _forget(self, key: tuple[int, str], done: asyncio.Task[None]) -> None:
+    def _forget(self, key: tuple[int, str], done: asyncio.Future[Any]) -> None:
         if self._running.get(key) is done:
             del self._running[key]
 
-    def continued_by(self, hashes: Sequence[str]) -> list[asyncio.Task[None]]:
-        """The recordings running of the exchanges ``hashes`` continues (a retry: of the same
-        request too). Taken as the request arrives: its own exchange's recording, started once
-        it is answered, must not be among them (an answer at hand, as the offline model gives,
-        is recorded before the request's threading has begun)."""
+    def continued_by(self, hashes: Sequence[str]) -> list[asyncio.Future[Any]]:
+        """The exchanges under way (threaded or recorded) that ``hashes`` continues (a retry:
+        of the same request too). Taken as the request arrives: its own exchange must not be
+        among them (an answer at hand, as the offline model gives, is recorded before the
+        request's threading has begun)."""
         return [
             task
             for (length, end), task in self._running.items()
@@ -354,7 +364,7 @@ class Recordings:
         ]
 
     async def idle(self) -> None:
-        """Waits until no recording runs in this process (``benchmarks/bench_gateway.py``
+        """Waits until no exchange is under way in this process (``benchmarks/bench_gateway.py``
         counts a request's recording as part of its work)."""
         while self._running:
             await asyncio.wait(list(self._running.values()))

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
 
 from config.celery import app as celery_app
+from sessions.api import limits
 from sessions.api.keys import forget_checked
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -46,6 +49,15 @@ def no_keys_checked() -> None:
 def cheap_passwords(settings: Any) -> None:
     """Users are made in almost every test; hashing their passwords properly takes 0.5 s."""
     settings.PASSWORD_HASHERS = ["tests.hashers.OneIterationPBKDF2"]
+
+
+@pytest.fixture
+def mid_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rate limiter's clock held in the middle of a minute: it counts a key's requests per
+    minute of the clock, and a minute that turned between a test's requests would start the
+    count again."""
+    middle = (time.time() // limits.WINDOW_SECONDS + 0.5) * limits.WINDOW_SECONDS
+    monkeypatch.setattr(limits, "time", SimpleNamespace(time=lambda: middle))
 
 
 @pytest.fixture

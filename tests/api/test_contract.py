@@ -532,7 +532,9 @@ def test_evicted_outputs_read_back(api: Api, session: AgentSession) -> None:
 
 
 @pytest.mark.smoke
-def test_a_key_over_its_rate_gets_429_and_others_do_not(alice: Any, settings: Any) -> None:
+def test_a_key_over_its_rate_gets_429_and_others_do_not(
+    alice: Any, settings: Any, mid_minute: None
+) -> None:
     settings.CTXHUB_API_RATE_PER_MINUTE = 3
     busy = Api(create_key(alice, name="busy", scopes=ALL)[1])
     calm = Api(create_key(alice, name="calm", scopes=ALL)[1])

@@ -81,7 +81,7 @@ def test_a_deleted_provider_key_is_no_longer_sent_once_stale(alice: Any, monkeyp
 
 
 def test_every_request_is_counted_against_the_rate_even_when_the_key_is_at_hand(
-    alice: Any, settings: Any
+    alice: Any, settings: Any, mid_minute: None
 ) -> None:
     assert getattr(cache, "acount", None) is not None  # the tests' cache is Redis
     settings.CTXHUB_API_RATE_PER_MINUTE = 3
@@ -98,7 +98,7 @@ def test_every_request_is_counted_against_the_rate_even_when_the_key_is_at_hand(
 
 
 def test_the_body_is_read_while_the_rate_is_counted_and_an_over_rate_refusal_wins(
-    alice: Any, settings: Any
+    alice: Any, settings: Any, mid_minute: None
 ) -> None:
     settings.CTXHUB_API_RATE_PER_MINUTE = 1
     _, text = create_key(alice, name="agent", scopes=["read", "write"])

@@ -128,7 +128,8 @@ def test_a_continued_request_reads_a_message_alone(alice: Any) -> None:
     assert context.source == "continued"
     shapes = context.sent_shapes()
     alone = [context.sent_message(position) for position in range(len(shapes))]
-    assert context._messages is None and context._report is None
+    assert context._messages is None
+    assert context._report is None
     assert alone == context.messages
     # Its items are the array the API answers with, byte for byte.
     assert context.messages_json() == ModelMessagesTypeAdapter.dump_json(context.messages)

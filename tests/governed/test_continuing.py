@@ -98,14 +98,20 @@ def test_requests_continued_are_the_requests_governed_whole(alice: Any) -> None:
     assert "governed" in sources[21:23]
 
 
-def test_a_continued_request_parses_its_messages_and_report_only_when_read(alice: Any) -> None:
-    session = make_session(alice, policy=POLICY)
+def _continued_context(owner: Any) -> GovernedContext:
+    """The context of a session's fourth request, continued from its third."""
+    session = make_session(owner, policy=POLICY)
     for batch in _appends(3):
         services.append_messages(session, batch)
         services.send_context(session)
     services.append_messages(session, _appends(4)[-1])
     context = services.send_context(session)
     assert context.source == "continued"
+    return context
+
+
+def test_a_continued_request_parses_its_messages_and_report_only_when_read(alice: Any) -> None:
+    context = _continued_context(alice)
     assert context._messages is None
     assert context._report is None
     body = context.report_json()
@@ -119,13 +125,7 @@ def test_a_continued_request_parses_its_messages_and_report_only_when_read(alice
 
 
 def test_a_continued_request_reads_a_message_alone(alice: Any) -> None:
-    session = make_session(alice, policy=POLICY)
-    for batch in _appends(3):
-        services.append_messages(session, batch)
-        services.send_context(session)
-    services.append_messages(session, _appends(4)[-1])
-    context = services.send_context(session)
-    assert context.source == "continued"
+    context = _continued_context(alice)
     shapes = context.sent_shapes()
     alone = [context.sent_message(position) for position in range(len(shapes))]
     assert context._messages is None

@@ -49,6 +49,11 @@ class PartView:
     cut: bool
     media: list[str]
 
+    @property
+    def first_line(self) -> str:
+        """The text's first non-empty line: what a folded tool call or result shows."""
+        return next((line.strip() for line in self.text.splitlines() if line.strip()), "")
+
 
 @dataclass(frozen=True, slots=True)
 class MessageView:

@@ -123,7 +123,7 @@ def session_detail(request: AuthenticatedHttpRequest, pk: UUID) -> HttpResponse:
             "at": at,
             **timeline,
             **_records(session),
-            **chat_context(session),
+            **chat_context(session, empty=not rows),
         },
     )
 

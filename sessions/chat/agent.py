@@ -66,39 +66,7 @@ class HubGovernance(AbstractCapability[Any]):
     policy: Policy
 
     def get_toolset(self) -> AbstractToolset[Any] | None:
-        """Reading an evicted output back, from the session's stored outputs, and ``recall``
-        over what the session's governed context hides; each when the policy gives it."""
-        session = self.session
-        toolset: FunctionToolset[Any] = FunctionToolset()
-        if self.policy.eviction.enabled:
-
-            async def read_evicted(
-                ref: str, offset: int = 0, limit: int = 200, grep: str | None = None
-            ) -> str:
-                """Read an output that was evicted from the context, by its reference.
-
-                Args:
-                    ref: The reference shown in the evicted output's preview.
-                    offset: First line (or match, with grep) to return, counting from 0.
-                    limit: How many lines (or matches) to return.
-                    grep: A regular expression; only matching lines are returned.
-                """
-                text = await database_sync_to_async(read_evicted_output)(
-                    session, ref, offset=offset, limit=limit, grep=grep
-                )
-                return text if text is not None else f"No evicted output is stored under {ref!r}."
-
-            toolset.add_function(read_evicted, takes_ctx=False, name=self.policy.eviction.tool_name)
-        awareness = self.policy.awareness
-        if awareness.recall:
-
-            async def search(ctx: RunContext[Any], query: str, limit: int) -> str:
-                hits = await database_sync_to_async(recall)(session, query, limit)
-                return answer(query, hits)
-
-            for tool in recall_toolset(search, awareness.recall_tool_name).tools.values():
-                toolset.add_tool(tool)
-        return toolset if toolset.tools else None
+        return governance_toolset(self.session, self.policy)
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -117,6 +85,59 @@ class HubGovernance(AbstractCapability[Any]):
     ) -> ModelResponse:
         await self.hooks.after_response(response)
         return response
+
+
+def governance_toolset(session: AgentSession, policy: Policy) -> FunctionToolset[Any] | None:
+    """Reading an evicted output back, from the session's stored outputs, and ``recall``
+    over what the session's governed context hides; each when ``policy`` gives it."""
+    toolset: FunctionToolset[Any] = FunctionToolset()
+    if policy.eviction.enabled:
+
+        async def read_evicted(
+            ref: str, offset: int = 0, limit: int = 200, grep: str | None = None
+        ) -> str:
+            """Read an output that was evicted from the context, by its reference.
+
+            Args:
+                ref: The reference shown in the evicted output's preview.
+                offset: First line (or match, with grep) to return, counting from 0.
+                limit: How many lines (or matches) to return.
+                grep: A regular expression; only matching lines are returned.
+            """
+            text = await database_sync_to_async(read_evicted_output)(
+                session, ref, offset=offset, limit=limit, grep=grep
+            )
+            return text if text is not None else f"No evicted output is stored under {ref!r}."
+
+        toolset.add_function(read_evicted, takes_ctx=False, name=policy.eviction.tool_name)
+    awareness = policy.awareness
+    if awareness.recall:
+
+        async def search(ctx: RunContext[Any], query: str, limit: int) -> str:
+            hits = await database_sync_to_async(recall)(session, query, limit)
+            return answer(query, hits)
+
+        for tool in recall_toolset(search, awareness.recall_tool_name).tools.values():
+            toolset.add_tool(tool)
+    return toolset if toolset.tools else None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTool:
+    name: str
+    description: str
+    """The first line of what the model is told the tool does."""
+
+
+def chat_tools(session: AgentSession) -> list[ChatTool]:
+    """The tools the chat's agent offers its model on ``session``, as a new chat lists them."""
+    toolsets = [demo_toolset(), governance_toolset(session, session_policy(session))]
+    return [
+        ChatTool(tool.name, (tool.description or "").strip().split("\n", 1)[0])
+        for toolset in toolsets
+        if toolset is not None
+        for tool in toolset.tools.values()
+    ]
 
 
 def chat_agent(session: AgentSession, model_name: str, hooks: RequestHooks) -> Agent[None, str]:

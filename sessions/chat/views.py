@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ctxhub.governance.llm import OFFLINE_MODELS, OFFLINE_PREFIX
 from sessions.access import changeable_session, visible_session
 from sessions.chat import commands, runner, turns
+from sessions.chat.agent import chat_tools
 from sessions.chat.stream import render_turn
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession
@@ -112,9 +113,24 @@ def new_chat(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect(url)
 
 
-def chat_context(session: AgentSession) -> dict[str, Any]:
-    """What the session page needs to draw the chat."""
+EXAMPLE_PROMPTS = (
+    "List the files of the repository",
+    "Read README.md and tell me what this project does",
+    "What is in docs/?",
+    "Read docs/engine.md",
+)
+"""What a new chat offers to ask: each uses the agent's tools (the offline demo model answers
+them all, listing and reading this repository)."""
+
+
+def chat_context(session: AgentSession, *, empty: bool = False) -> dict[str, Any]:
+    """What the session page needs to draw the chat; for an ``empty`` session, what a new
+    chat offers: the agent's tools and a few prompts to start with (not on a session an agent
+    drives through the gateway, whose conversation is the agent's)."""
+    # A session the gateway started has its ``gateway`` record (the reverse of a one-to-one).
+    starting = empty and not hasattr(session, "gateway")
     return {
         "turn_html": render_turn(turns.shown_turn(session), session_pk=session.pk),
         "chat_model": turns.chat_model_name(session),
+        "start": {"tools": chat_tools(session), "prompts": EXAMPLE_PROMPTS} if starting else None,
     }

@@ -175,3 +175,42 @@ document.addEventListener("keydown", (event) => {
     box.form.requestSubmit();
   }
 });
+
+// A new chat's example prompts: one click sends it, as if typed.
+document.addEventListener("click", (event) => {
+  const example = event.target.closest?.("button[data-prompt]");
+  const form = document.getElementById("chat-form");
+  if (!example || !form) return;
+  form.elements.prompt.value = example.dataset.prompt;
+  form.requestSubmit();
+});
+
+// A tool call opens with its result (the fold just below it, in the next message), and closes
+// with it.
+document.addEventListener(
+  "toggle",
+  (event) => {
+    const call = event.target;
+    if (!call.matches?.("details.fold-tool-call[data-call]")) return;
+    for (const result of document.querySelectorAll("details.fold-tool-return[data-call]")) {
+      if (result.dataset.call === call.dataset.call) result.open = call.open;
+    }
+  },
+  true,
+);
+
+// The governance detail of every message, or only of the one hovered or focused: kept per
+// browser.
+const DETAIL_KEY = "ctxhub.timeline-detail";
+
+function showDetail(on) {
+  pane()?.classList.toggle("detailed", on);
+  for (const box of document.querySelectorAll("[data-timeline-detail]")) box.checked = on;
+}
+
+document.addEventListener("change", (event) => {
+  if (!event.target.matches?.("[data-timeline-detail]")) return;
+  localStorage.setItem(DETAIL_KEY, event.target.checked ? "on" : "off");
+  showDetail(event.target.checked);
+});
+showDetail(localStorage.getItem(DETAIL_KEY) === "on");

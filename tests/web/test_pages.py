@@ -14,7 +14,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from gateway.models import GatewaySession, Mode
 from sessions import services
+from sessions.chat.views import EXAMPLE_PROMPTS
 from tests.factories import make_session
 from tests.messages import reply, tool_call, tool_result, user
 
@@ -178,3 +180,30 @@ def test_the_earliest_page_ends_the_paging(
     assert 'id="msg-49"' in page
     assert '<div id="earlier" class="earlier" hx-swap-oob="true">' in page
     assert "?before=" not in page
+
+
+def test_a_new_chat_offers_its_tools_and_prompts_to_its_owner_while_empty(
+    client: Client, alice: object, bob: object
+) -> None:
+    chat = make_session(alice, title="New", model="offline:demo")
+    through_gateway = make_session(alice, title="An agent's")
+    GatewaySession.objects.create(session=through_gateway, wire="anthropic", mode=Mode.OBSERVE)
+    client.force_login(alice)
+    page = client.get(chat.get_absolute_url()).content.decode()
+    assert 'data-testid="chat-start"' in page
+    assert "<code>list_files</code>" in page
+    assert all(f'data-prompt="{prompt}"' in page for prompt in EXAMPLE_PROMPTS)
+    # Not on a session an agent drives through the gateway, nor once the chat has begun.
+    page = client.get(through_gateway.get_absolute_url()).content.decode()
+    assert 'data-testid="chat-start"' not in page
+    services.append_messages(chat, [user("Hello")])
+    page = client.get(chat.get_absolute_url()).content.decode()
+    assert 'data-testid="chat-start"' not in page
+    # Nor to staff reading another's empty session: they cannot send to it.
+    empty = make_session(alice, title="Empty")
+    bob.is_staff = True  # type: ignore[attr-defined]
+    bob.save()  # type: ignore[attr-defined]
+    client.force_login(bob)
+    page = client.get(empty.get_absolute_url()).content.decode()
+    assert "read-only" in page
+    assert 'data-testid="chat-start"' not in page

@@ -2,9 +2,6 @@
 // carried, the history it was built from and the provider's figures, compaction marks, and the
 // window, budget, the Governor's marks and the soft threshold. A click opens a request sent.
 
-// How far from a request's point, in CSS pixels, a click still opens it.
-const CLICK_REACH_PX = 40;
-
 function drawTrajectory(container) {
   const data = JSON.parse(document.getElementById(container.dataset.chart).textContent);
   const flat = (value) => data.seqs.map(() => value);
@@ -58,16 +55,17 @@ function drawTrajectory(container) {
   ];
   // eslint-disable-next-line no-undef
   const chart = new uPlot(opts, columns, container);
-  // A click opens the request sent nearest the cursor, as it was sent: requests may be far
-  // apart (an agent that pulls its context now and then), so the cursor need not hit one.
+  // A click anywhere opens the request sent nearest the cursor, as it was sent: requests may
+  // be far apart (an agent that pulls its context now and then), so the cursor need not hit
+  // one.
   chart.over.addEventListener("click", () => {
     if (!container.dataset.requestUrl || chart.cursor.left == null) return;
     let nearest = null;
-    let distance = CLICK_REACH_PX;
+    let distance = Infinity;
     data.seqs.forEach((seq, i) => {
       if (data.requests[i] == null) return;
       const away = Math.abs(chart.valToPos(seq, "x") - chart.cursor.left);
-      if (away <= distance) [nearest, distance] = [data.requests[i], away];
+      if (away < distance) [nearest, distance] = [data.requests[i], away];
     });
     if (nearest != null) {
       window.location.assign(container.dataset.requestUrl.replace("/0/", `/${nearest}/`));

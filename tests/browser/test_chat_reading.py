@@ -4,6 +4,7 @@ that says what its agent can do and offers prompts to start with."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,11 +20,21 @@ from pydantic_ai.messages import (
 
 from sessions import services
 from sessions.models import AgentSession, Message
-from tests.browser.test_chat import chat_url, wait_done  # noqa: F401  (the module's server)
+from tests.browser.test_chat import wait_done
 from tests.browser.test_controls import log_in, shot
+from tests.conftest import ARTIFACTS, required_env
 from tests.factories import make_session
+from tests.processes import asgi_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def reading_url(django_db_setup: None) -> Iterator[str]:
+    required_env("REDIS_URL")
+    with asgi_server(ARTIFACTS / "logs" / "web-chat-reading.log") as url:
+        yield url
+
 
 RESULT = "src/\ntests/\nREADME.md\n" + "more lines\n" * 40
 
@@ -54,11 +65,11 @@ def _box(page: Page, selector: str) -> dict[str, float]:
 
 def test_prompts_and_answers_are_bubbles_and_tools_fold_to_a_line(
     page: Page,
-    chat_url: str,
-    alice: Any,  # noqa: F811
+    reading_url: str,
+    alice: Any,
 ) -> None:
     session = _a_turn(alice)
-    log_in(page, chat_url, session.get_absolute_url())
+    log_in(page, reading_url, session.get_absolute_url())
     pane = _box(page, "#timeline")
     prompt = _box(page, "[data-testid=said-user]")
     answer = _box(page, "[data-testid=said-assistant]")
@@ -87,11 +98,11 @@ def test_prompts_and_answers_are_bubbles_and_tools_fold_to_a_line(
 
 def test_the_governance_detail_is_on_demand(
     page: Page,
-    chat_url: str,
-    alice: Any,  # noqa: F811
+    reading_url: str,
+    alice: Any,
 ) -> None:
     session = _a_turn(alice)
-    log_in(page, chat_url, session.get_absolute_url())
+    log_in(page, reading_url, session.get_absolute_url())
     actions = "#msg-3 .fate-actions"
     expect(page.get_by_test_id("pin-3")).to_be_attached()
     page.locator(".timeline-head h2").hover()
@@ -114,10 +125,10 @@ def test_the_governance_detail_is_on_demand(
 
 def test_a_new_chat_offers_its_tools_and_prompts_to_start_with(
     page: Page,
-    chat_url: str,
-    alice: Any,  # noqa: F811
+    reading_url: str,
+    alice: Any,
 ) -> None:
-    log_in(page, chat_url, "/")
+    log_in(page, reading_url, "/")
     page.get_by_test_id("new-chat").locator("summary").click()
     page.get_by_test_id("new-chat-start").click()
     start = page.get_by_test_id("chat-start")

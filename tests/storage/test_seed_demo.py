@@ -11,7 +11,8 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 from ctxhub.governance.summaries import messages_represented
 from sessions import services
 from sessions.demo import TOUR
-from sessions.models import AgentSession, Compaction, Message
+from sessions.management.commands.seed_demo import SENT_REQUESTS
+from sessions.models import AgentSession, Compaction, Message, SentRequest
 
 pytestmark = [pytest.mark.django_db, pytest.mark.smoke]
 
@@ -86,3 +87,20 @@ def test_every_demo_summary_counts_what_its_record_replaces() -> None:
     for compaction in compactions:
         said = messages_represented(compaction.summary)
         assert said == len(compaction.summarized_seqs), compaction.session.title
+
+
+def test_every_demo_session_has_requests_sent_along_its_log() -> None:
+    """The trajectory of a demo session plots what its requests carried: requests are recorded
+    as sent while the log grows, the Governor acting where they reach its high-water mark."""
+    call_command("seed_demo", stdout=StringIO())
+    for session in AgentSession.objects.filter(owner__username="demo"):
+        sent = list(SentRequest.objects.filter(session=session).order_by("number"))
+        answers = session.messages.filter(kind="response").count()
+        assert len(sent) == min(answers, SENT_REQUESTS), session.title
+        # Each covers more of the log than the one before it.
+        seqs = [request.last_seq for request in sent]
+        assert seqs == sorted(set(seqs)), session.title
+    big = AgentSession.objects.get(title__startswith="Migrate the billing service")
+    requests = SentRequest.objects.filter(session=big)
+    assert requests.filter(acted__isnull=False).exclude(acted="").exists()
+    assert max(r.tokens for r in requests) < big.log_tokens / 3

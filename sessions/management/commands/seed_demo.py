@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from pydantic_ai.messages import ModelMessage, ModelResponse
 
 from sessions import services
 from sessions.demo import (
@@ -18,11 +19,15 @@ from sessions.demo import (
     demo_messages,
     tour_messages,
 )
-from sessions.models import AgentSession, MessageSource
+from sessions.models import AgentSession, Message, MessageSource
 from sessions.services.governed import refresh_snapshot
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = "demo"
+
+SENT_REQUESTS = 40
+"""How many of a demo session's model requests are recorded as sent, spread over its log: its
+trajectory plots what each carried, and each opens as it was sent."""
 
 
 class Command(BaseCommand):
@@ -58,11 +63,7 @@ class Command(BaseCommand):
                     model=spec.model,
                     context_window=spec.context_window,
                 )
-                # A history loaded at once, as it was recorded: compacting it is left to
-                # whoever opens it.
-                rows = services.append_messages(
-                    session, demo_messages(spec), source=MessageSource.DEMO, auto_compact=False
-                )
+                rows = _recorded(session, demo_messages(spec))
             # As an agent's append would: a session past its soft threshold is compacted
             # (here, or by a worker when there is one).
             services.auto_compact(session)
@@ -81,10 +82,27 @@ class Command(BaseCommand):
             session = AgentSession.objects.create(
                 owner=user, title=TOUR.title, model=TOUR.model, policy=TOUR_POLICY
             )
-            rows = services.append_messages(
-                session, tour_messages(), source=MessageSource.DEMO, auto_compact=False
-            )
+            rows = _recorded(session, tour_messages())
             pinned = next(row.seq for row in rows if TOUR_PINNED_REQUEST in str(row.payload))
             services.pin(session, pinned)
         refresh_snapshot(session)
         self.stdout.write(f"  {TOUR.title}: {len(rows)} messages")
+
+
+def _recorded(session: AgentSession, messages: list[ModelMessage]) -> list[Message]:
+    """``messages`` appended as their agent sent them: up to ``SENT_REQUESTS`` of the model
+    requests before its answers are sent (governed and recorded, as an agent's pull is), spread
+    evenly; compacting is left to what follows (an append would start it)."""
+    answers = [i for i, message in enumerate(messages) if i and isinstance(message, ModelResponse)]
+    if len(answers) > SENT_REQUESTS:
+        answers = [answers[i * len(answers) // SENT_REQUESTS] for i in range(SENT_REQUESTS)]
+    rows: list[Message] = []
+    start = 0
+    for end in [*answers, len(messages)]:
+        rows += services.append_messages(
+            session, messages[start:end], source=MessageSource.DEMO, auto_compact=False
+        )
+        if end < len(messages):
+            services.send_context(session)
+        start = end
+    return rows

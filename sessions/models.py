@@ -482,6 +482,11 @@ class GovernedSnapshot(models.Model):
     # (Null in snapshots written before these figures were kept: such a snapshot is redone.)
     tokens = models.PositiveIntegerField(null=True, help_text="Tokens the request carries.")
     budget = models.PositiveIntegerField(null=True, help_text="Tokens the history may take.")
+    room = models.PositiveIntegerField(
+        null=True,
+        help_text="Tokens a request may carry in all: the window less the answer's reserve and "
+        "the margin (what the fleet orders its fullest sessions by).",
+    )
     last_seq = models.IntegerField(null=True, help_text="The newest seq it governed.")
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -98,6 +98,13 @@ def write(
             "seqs": json.dumps(seqs),
             "tokens": report.tokens_after + report.tool_definition_tokens,
             "budget": report.budget_tokens,
+            "room": request_room(report),
             "last_seq": max((s for s in seqs if s is not None), default=-1),
         },
     )
+
+
+def request_room(report: ContextReport) -> int:
+    """Tokens a request may carry in all under ``report``'s limits."""
+    room = report.window_tokens - report.reserved_output_tokens - report.safety_margin_tokens
+    return max(room, 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django.conf import settings
@@ -30,7 +30,14 @@ from sessions.history import UnreadableMessage, record_state
 from sessions.http import AuthenticatedHttpRequest
 from sessions.models import AgentSession, Clear, Compaction, Message, SentRequest
 from sessions.presenters import present_message, present_part, present_sent
-from sessions.services.fleet import SORTS, fleet
+from sessions.services.fleet import (
+    SORTS,
+    STATES,
+    FleetFilter,
+    Sort,
+    fleet,
+    fleet_choices,
+)
 from sessions.services.sending import GOVERNOR_ACTIONS
 from sessions.trajectory import trajectory
 from sessions.xray import Fates, xray
@@ -42,20 +49,44 @@ FATES_LIMIT = 2_000
 
 @require_GET
 def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    query = request.GET.get("q", "")[:200]
-    sort = request.GET.get("sort", "fullest")
-    if sort not in SORTS:
-        return HttpResponseBadRequest(f"sort: one of {', '.join(SORTS)}", content_type="text/plain")
+    try:
+        sort, number, where = _fleet_asked(request.GET)
+    except services.Invalid as error:
+        return HttpResponseBadRequest(f"{error.field}: {error.message}", content_type="text/plain")
     context = {
-        "rows": fleet(request.user, query=query, sort=sort),
-        "query": query,
+        "page": fleet(request.user, sort=sort, page=number, where=where),
+        "where": where,
+        "query": where.query,
         "sort": sort,
         "sorts": SORTS,
+        "states": STATES,
+        **fleet_choices(request.user),
         "chat_model": settings.CTXHUB_CHAT_MODEL,
     }
-    # A search or a sort as you type replaces the table only.
+    # A search, a filter, a sort or a page as you choose it replaces the table only.
     template = "sessions/list.html#fleet" if request.htmx else "sessions/list.html"
     return render(request, template, context)
+
+
+def _fleet_asked(params: Any) -> tuple[Sort, int, FleetFilter]:
+    """The sort, page and filter the fleet's address asks for; Invalid naming the parameter
+    that is not one the fleet offers."""
+    sort = params.get("sort", "fullest")
+    if sort not in SORTS:
+        raise services.Invalid(f"one of {', '.join(SORTS)}", field="sort")
+    state = params.get("state", "")
+    if state and state not in STATES:
+        raise services.Invalid(f"one of {', '.join(STATES)}", field="state")
+    page = params.get("page", "1")
+    if not (page.isdigit() and 0 < int(page) < 10**7):
+        raise services.Invalid("a page number from 1", field="page")
+    where = FleetFilter(
+        query=params.get("q", "")[:200],
+        model=params.get("model", "")[:200],
+        owner=params.get("owner", "")[:150],
+        state=state,
+    )
+    return cast(Sort, sort), int(page), where
 
 
 def _timeline(session: AgentSession, rows: list[Message]) -> dict[str, Any]:
@@ -366,9 +397,12 @@ def import_session(request: AuthenticatedHttpRequest) -> HttpResponse:
         report = import_upload(upload.name or "upload", upload.read(), request.user)
     except services.ServiceError as error:
         context = {
-            "rows": fleet(request.user, query="", sort="fullest"),
+            "page": fleet(request.user),
+            "where": FleetFilter(),
             "sort": "fullest",
             "sorts": SORTS,
+            "states": STATES,
+            **fleet_choices(request.user),
             "chat_model": settings.CTXHUB_CHAT_MODEL,
             "import_error": error.message,
         }

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from django.db.models import Count, Max, Q
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, FloatField, Max, OuterRef, Q, Subquery
+from django.db.models.functions import Cast, Coalesce, Lower, NullIf
 
 from sessions import events, snapshots
 from sessions.figures import job_words
@@ -23,10 +23,12 @@ from sessions.history import effective_tokens, is_remembered, pinned_seqs
 from sessions.models import (
     ACTIVE_JOB_STATUSES,
     AgentSession,
+    Compaction,
     CompactionJob,
     GovernedSnapshot,
     JobStatus,
     Pin,
+    SessionGovernor,
 )
 from sessions.services.costs import SessionCost, session_costs
 from sessions.services.governed import governed_context, session_policy, session_window
@@ -94,20 +96,128 @@ def visible_sessions(user: Any) -> Any:
     return sessions if user.is_staff else sessions.filter(owner=user)
 
 
-def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRow]:
-    """The sessions ``user`` may see matching ``query`` (title or model), sorted by ``sort``."""
-    sessions = visible_sessions(user).annotate(
-        message_count=Count("messages", distinct=True),
-        compaction_count=Count(
-            "compactions", filter=Q(compactions__undone_at__isnull=True), distinct=True
+PAGE_SIZE = 100
+"""Sessions per page of the fleet: each row is governed (or read from its snapshot) as the page
+is drawn, so a page costs its rows, not the fleet."""
+
+State = Literal["compacting", "flagged", "failed"]
+STATES: tuple[State, ...] = ("compacting", "flagged", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetFilter:
+    """Which of the sessions a user may see are listed."""
+
+    query: str = ""
+    """Words in the title or the model."""
+    model: str = ""
+    owner: str = ""
+    """A username (staff see everyone's sessions)."""
+    state: str = ""
+    """One of ``STATES``, or "" for any."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPage:
+    rows: list[FleetRow]
+    total: int
+    """Sessions that match, on every page."""
+    number: int
+    pages: int
+
+    @property
+    def first(self) -> int:
+        """The position of the page's first row among all that match (1-based; 0: none)."""
+        return (self.number - 1) * PAGE_SIZE + 1 if self.rows else 0
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.rows) - 1 if self.rows else 0
+
+
+# Across pages the order is the stored figures': a session's snapshot (what its next request
+# carried when it was last governed, refreshed by a worker after appends), its log's counts.
+_ORDER: dict[Sort, tuple[Any, ...]] = {
+    "fullest": (
+        (Cast("snapshot__tokens", FloatField()) / NullIf("snapshot__room", 0)).desc(
+            nulls_last=True
         ),
-        governor_version=Coalesce(Max("governor__version"), 0),
+    ),
+    "governed": (F("snapshot__tokens").desc(nulls_last=True),),
+    "log": (F("log_tokens").desc(),),
+    "activity": (F("updated_at").desc(),),
+    "title": (),
+    "compactions": (F("compaction_count").desc(),),
+}
+
+
+def fleet(
+    user: Any, *, sort: Sort = "fullest", page: int = 1, where: FleetFilter | None = None
+) -> FleetPage:
+    """The page ``page`` of the sessions ``user`` may see that ``where`` lets through, sorted
+    by ``sort``. A fleet that fits on one page is ordered by the figures its rows show, as they
+    are now; a larger one by the figures stored (``_ORDER``), its page's rows governed."""
+    sessions = _matching(user, where or FleetFilter())
+    total = sessions.count()
+    pages = max(1, -(-total // PAGE_SIZE))
+    number = min(max(page, 1), pages)
+    if total <= PAGE_SIZE:
+        return FleetPage(sort_rows(_rows(user, list(sessions)), sort), total, number, pages)
+    ordered = sessions.order_by(*_ORDER[sort], Lower("title"), "pk")
+    start = (number - 1) * PAGE_SIZE
+    chosen = list(ordered[start : start + PAGE_SIZE])
+    by_id = {row.session.pk: row for row in _rows(user, chosen)}
+    return FleetPage([by_id[s.pk] for s in chosen], total, number, pages)
+
+
+def fleet_choices(user: Any) -> dict[str, list[str]]:
+    """What the fleet's filters offer: the models of the sessions ``user`` may see, and (for
+    staff, who see everyone's) their owners."""
+    sessions = visible_sessions(user).order_by()
+    models = sorted(sessions.values_list("model", flat=True).distinct())
+    owners = (
+        sorted(sessions.values_list("owner__username", flat=True).distinct())
+        if user.is_staff
+        else []
     )
-    if query.strip():
-        term = query.strip()
+    return {"models": models, "owners": owners}
+
+
+def _matching(user: Any, where: FleetFilter) -> Any:
+    latest_job = CompactionJob.objects.filter(session=OuterRef("pk")).order_by("-created_at")
+    compactions = (
+        Compaction.objects.filter(session=OuterRef("pk"), undone_at__isnull=True)
+        .order_by()
+        .values("session")
+        .annotate(count=Count("pk"))
+        .values("count")
+    )
+    sessions = visible_sessions(user).annotate(
+        compaction_count=Coalesce(Subquery(compactions), 0),
+        governor_version=Coalesce(
+            Subquery(SessionGovernor.objects.filter(session=OuterRef("pk")).values("version")[:1]),
+            0,
+        ),
+    )
+    if term := where.query.strip():
         sessions = sessions.filter(Q(title__icontains=term) | Q(model__icontains=term))
-    rows = list(sessions)
-    ids = [s.pk for s in rows]
+    if where.model:
+        sessions = sessions.filter(model=where.model)
+    if where.owner and user.is_staff:
+        sessions = sessions.filter(owner__username=where.owner)
+    if where.state == "flagged":
+        sessions = sessions.exclude(auto_compaction_paused="")
+    elif where.state:
+        statuses = ACTIVE_JOB_STATUSES if where.state == "compacting" else (JobStatus.FAILED,)
+        sessions = sessions.alias(latest_job=Subquery(latest_job.values("status")[:1])).filter(
+            latest_job__in=statuses
+        )
+    return sessions
+
+
+def _rows(user: Any, sessions: list[AgentSession]) -> list[FleetRow]:
+    """The rows of ``sessions``, in no particular order."""
+    ids = [s.pk for s in sessions]
     pins: dict[Any, list[int]] = {}
     for session_id, seq in (
         Pin.objects.filter(session__in=ids, undone_at__isnull=True)
@@ -122,12 +232,11 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
         )
     }
     statuses = _statuses(ids)
-    costs = session_costs(rows)
+    costs = session_costs(sessions)
     deadline = time.monotonic() + GOVERN_BUDGET_SECONDS
     # Sessions this process carries first: governing them costs next to nothing.
-    rows.sort(key=lambda s: not is_remembered(s))
     listed = []
-    for s in rows:
+    for s in sorted(sessions, key=lambda s: not is_remembered(s)):
         try:
             row = _row(
                 s,
@@ -141,7 +250,7 @@ def fleet(user: Any, *, query: str = "", sort: Sort = "fullest") -> list[FleetRo
         except Exception as error:
             row = _faulted_row(s, user, costs[s.pk], error)
         listed.append(row)
-    return sort_rows(listed, sort)
+    return listed
 
 
 def _stored_figures(session: Any, user: Any, cost: SessionCost) -> dict[str, Any]:
@@ -149,7 +258,7 @@ def _stored_figures(session: Any, user: Any, cost: SessionCost) -> dict[str, Any
     return {
         "session": session,
         "owned": session.owner_id == user.pk,
-        "messages": session.message_count,
+        "messages": session.log_messages,
         "log_tokens": session.log_tokens or 0,
         "compactions": session.compaction_count,
         "cost": cost,

@@ -66,7 +66,7 @@ def test_a_stretch_the_window_leaves_out_is_compacted_once_the_cache_is_cold(ali
     assert hidden(context).dropped < 20
     assert record.summarized_seqs
     # The fleet says what it did, in the words of its record.
-    (row,) = fleet(alice)
+    (row,) = fleet(alice).rows
     assert row.last_compaction == job_words(job)
     assert row.last_compaction.startswith("compacted: the model gets a summary of ")
 
@@ -128,7 +128,7 @@ def test_the_fleet_says_why_an_automatic_compaction_runs(alice: Any, client: Cli
         plan={"reason": "hidden", "detail": detail},
         policy={},
     )
-    (row,) = fleet(alice)
+    (row,) = fleet(alice).rows
     assert (row.status, row.status_detail) == (
         "compacting",
         f"compaction queued (automatic: {detail})",

@@ -99,7 +99,7 @@ def test_the_fleet_shows_what_the_responses_cost(
     session = make_session(alice, title="Priced", model=SONNET)
     services.append_messages(session, _turns(*answers))
     expected = _expected(*answers)
-    row = next(r for r in fleet(alice) if r.session.pk == session.pk)
+    row = next(r for r in fleet(alice).rows if r.session.pk == session.pk)
     assert row.cost.price == expected
     assert (row.cost.responses, row.cost.priced) == (3, 3)
     assert row.cost.input_tokens == 40_500

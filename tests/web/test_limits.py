@@ -25,7 +25,7 @@ def test_every_view_of_a_demo_session_states_the_same_budget_and_window() -> Non
     demo = get_user_model().objects.get(username="demo")
     key = create_key(demo, name="limits", scopes=["read", "write", "govern"])[1]
     api = Client(headers={"Authorization": f"Bearer {key}"})
-    rows = {row.session.pk: row for row in fleet(demo)}
+    rows = {row.session.pk: row for row in fleet(demo).rows}
     sessions = list(AgentSession.objects.filter(owner=demo))
     assert len(sessions) >= 3
     for session in sessions:

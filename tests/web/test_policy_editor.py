@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
+from django.utils.html import escape
 
 from ctxhub.governance import Policy
 from sessions import services
@@ -132,6 +133,56 @@ def test_what_differs_from_the_default_is_marked(alice: object, client: Client) 
     assert 'data-testid="knob-mark-masking.keep_first"><' in page
     assert _form(page)["safety_margin"] == "12.5 %"
     assert 'data-testid="policy-only-changed"' in page
+
+
+def test_the_session_page_opens_the_editor_in_a_dialog_it_can_close(
+    client: Client, alice: object, small: Any
+) -> None:
+    client.force_login(alice)
+    page = client.get(small.get_absolute_url()).content.decode()
+    assert '<script src="/static/js/policy.js" defer></script>' in page
+    control = page.split(' id="policy-control"')[1].split("</details>")[0]
+    dialog = re.search(r'<dialog id="policy-dialog"[^>]*>(.*)</dialog>', control, re.S)
+    assert dialog is not None
+    assert 'aria-labelledby="policy-dialog-title"' in dialog.group(0)
+    assert '<h2 id="policy-dialog-title">' in dialog.group(1)
+    # Closing needs no script: a dialog's own form closes it.
+    assert re.search(r'<form method="dialog"><button[^>]*>Close</button></form>', dialog.group(1))
+    # The editor still loads when the control is opened.
+    assert 'id="policy-control-body"' in dialog.group(1)
+    assert 'hx-trigger="toggle from:closest details once"' in dialog.group(1)
+
+
+def test_a_labelled_search_is_over_the_knobs_and_the_preview_beside_them(
+    client: Client, alice: object, small: Any
+) -> None:
+    client.force_login(alice)
+    page = _page(client, small)
+    assert '<label for="policy-search">Find a knob</label>' in page
+    assert re.search(
+        r'<input type="search" id="policy-search"[^>]*aria-controls="policy-form"', page
+    )
+    # Kept as typed when Save renders the editor again.
+    toolbar = re.search(r'<div[^>]*id="policy-toolbar"[^>]*>', page)
+    assert toolbar is not None
+    assert 'hx-preserve="true"' in toolbar.group(0)
+    # What the search reads of each knob: its label, its dotted name and its description.
+    for knob in knobs():
+        row = page.split(f'data-knob="{knob.name}"')[1].split("</tr>")[0]
+        assert f'<label for="knob-{knob.name}">' in row
+        assert f'<code class="knob-name">{knob.name}</code>' in row
+        if knob.description:
+            description = f'<div class="muted small knob-description">{escape(knob.description)}<'
+            assert description in row
+    # Beside the form, not in it: the preview, and the buttons that preview and save.
+    form, side = page.split("</form>")
+    assert 'id="policy-preview"' not in form
+    assert 'id="policy-preview"' in side
+    preview = re.search(r'<button[^>]*data-testid="policy-preview-button"[^>]*>', side)
+    assert preview is not None
+    assert 'type="submit"' in preview.group(0)
+    assert 'form="policy-form"' in preview.group(0)
+    assert 'data-testid="policy-save"' in side
 
 
 # --- reading it back ------------------------------------------------------------------------

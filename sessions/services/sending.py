@@ -185,9 +185,13 @@ def action_words(report: ContextReport, seq_of: Callable[[int | None], int | Non
                 counts[part.action] += 1
     said = []
     if dropped:
-        said.append(f"window: {_ranges(dropped)} omitted ({len(dropped):,} messages)")
-    said += [f"{count:,} results {verb}" for verb, count in counts.items() if count]
+        said.append(f"window: {_ranges(dropped)} omitted ({_counted(len(dropped), 'message')})")
+    said += [f"{_counted(count, 'result')} {verb}" for verb, count in counts.items() if count]
     return "; ".join(said) or "nothing omitted or shortened"
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _ranges(seqs: list[int]) -> str:

@@ -8,13 +8,17 @@ function drawTrajectory(container) {
   const marks = new Set(data.marks);
   const number = (v) => (v == null ? "–" : Math.round(v).toLocaleString("en-US"));
   const line = (label, stroke, dash) => ({ label, stroke, dash, width: 1, points: { show: false }, value: (u, v) => number(v) });
+  // The axes and the window line in the page's ink, light or dark (static/css/tokens.css).
+  const token = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  const ink = token("--ink");
+  const grid = { stroke: token("--line"), width: 1 };
   const opts = {
     width: container.clientWidth || 800,
     height: 240,
     scales: { x: { time: false } },
     axes: [
-      { label: "message #" },
-      { label: "tokens", size: 70, values: (u, ticks) => ticks.map(number) },
+      { label: "message #", stroke: ink, grid, ticks: grid },
+      { label: "tokens", size: 70, stroke: ink, grid, ticks: grid, values: (u, ticks) => ticks.map(number) },
     ],
     series: [
       { label: "message #" },
@@ -22,7 +26,7 @@ function drawTrajectory(container) {
       { label: "effective history then", stroke: "#56b4e9", width: 1, spanGaps: true, value: (u, v) => number(v) },
       { label: "provider-reported input", stroke: "#e69f00", width: 1.5, spanGaps: true, value: (u, v) => number(v) },
       { label: "provider-reported cached", stroke: "#cc79a7", width: 1.5, spanGaps: true, value: (u, v) => number(v) },
-      line("window", "#111827", [1, 3]),
+      line("window", ink, [1, 3]),
       line("budget", "#667085", [2, 4]),
       line("high-water mark", "#d55e00", [8, 4]),
       line("low-water mark", "#009e73", [8, 4]),

@@ -1,5 +1,6 @@
 """axe-core over the dashboard's pages in Chromium: no serious or critical violation on the
-fleet, a session's x-ray and chat, the policy editor, the keys and the imports pages.
+fleet, a session's x-ray and chat, the policy editor, the keys and the imports pages, in the
+light colour scheme and the dark one.
 
 axe-core (tests/browser/vendor/axe.min.js, pinned in assets/package.json) is evaluated in the
 page; the browser context bypasses the content security policy for it alone, as the pages
@@ -25,9 +26,12 @@ AXE = (Path(__file__).parent / "vendor" / "axe.min.js").read_text()
 SERIOUS = ("serious", "critical")
 
 
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    context = browser.new_context(bypass_csp=True, viewport={"width": 1440, "height": 900})
+@pytest.fixture(params=["light", "dark"])
+def context(browser: Browser, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    """A browser whose system asks for a light, then a dark colour scheme."""
+    context = browser.new_context(
+        bypass_csp=True, viewport={"width": 1440, "height": 900}, color_scheme=request.param
+    )
     yield context
     context.close()
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import pytest
@@ -104,3 +105,7 @@ def test_every_demo_session_has_requests_sent_along_its_log() -> None:
     requests = SentRequest.objects.filter(session=big)
     assert requests.filter(acted__isnull=False).exclude(acted="").exists()
     assert max(r.tokens for r in requests) < big.log_tokens / 3
+    # What an action did reads as a sentence: one result is a result.
+    actions = list(SentRequest.objects.exclude(action="").values_list("action", flat=True))
+    assert any(re.search(r"\b1 result (masked|evicted|truncated)", said) for said in actions)
+    assert not any(re.search(r"\b1 results\b|\b1 messages\b", said) for said in actions)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "screenshots"
 sys.path.insert(0, str(ROOT))
 
-from tests.browser.conftest import CHROMIUM_ARGS  # noqa: E402  (the suite's Chromium flags)
+from tests.browser.chromium import CHROMIUM_ARGS  # noqa: E402  (the suite's Chromium flags)
 
 VIEWPORT = {"width": 1440, "height": 900}
 BIG = "Migrate the billing service to PostgreSQL 16"
@@ -72,16 +72,21 @@ def main(base: str) -> None:
         knob.fill("1")
         knob.press("Enter")
         expect(page.locator("#policy-preview")).to_contain_text("Under the edited policy")
-        page.locator("#policy-preview").screenshot(path=OUT / "policy-preview.png")
+        page.screenshot(path=OUT / "policy-preview.png")  # the editor: knobs, preview beside
+        page.keyboard.press("Escape")
 
         page.goto(f"{base}/")
         page.get_by_test_id("new-chat").locator("summary").click()
         page.get_by_test_id("new-chat-start").click()
+        expect(page.get_by_test_id("chat-start")).to_be_visible()
+        page.screenshot(path=OUT / "chat-new.png")
         prompt = page.get_by_test_id("chat-prompt")
         expect(prompt).to_be_enabled()
         prompt.fill("read README.md and list the files in docs")
         prompt.press("Enter")
         expect(page.locator("#chat-turn")).to_have_attribute("data-status", "done", timeout=60_000)
+        expect(page.get_by_test_id("xray-during")).to_have_count(0)  # the x-ray drawn after it
+        page.evaluate("window.scrollTo(0, 0)")  # opened at #chat: the page's head in view too
         page.screenshot(path=OUT / "chat.png")
         page.locator("#xray").screenshot(path=OUT / "chat-xray.png")
         browser.close()

@@ -7,18 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.browser.chromium import CHROMIUM_ARGS
 from tests.conftest import ARTIFACTS, required_env
 from tests.processes import asgi_server
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture(scope="session")

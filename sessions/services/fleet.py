@@ -4,6 +4,10 @@ Governed tokens come from each session's snapshot when it is current (a worker r
 after appends), else from this process's carried state, else the session is governed here, as
 long as the request's time allows; a session left over is shown with its last known figures,
 marked as such, and a worker asked to refresh them.
+
+A fleet larger than a page comes a page at a time: the database orders and filters the sessions
+by what is stored (their snapshots' figures, their logs' counts), and only the page's rows are
+read further and governed, so a page costs its rows whatever the fleet's size.
 """
 
 from __future__ import annotations

@@ -161,6 +161,23 @@ class TestPriceRequests:
         assert None not in each
         assert total == sum((p for p in each if p is not None), NO_COST)
 
+    def test_a_mean_whose_parts_round_past_its_whole_is_still_priced(self) -> None:
+        """Divided apart, a group's mean cache read and write could exceed its mean input in
+        the last digit, which genai-prices refuses (a session page failed on it)."""
+        sent = [(29_914, 20_669), (68_711, 59_093), (30_254, 17_167), (86_001, 4_023)]
+        sent += [(52_760, 44_230), (76_477, 42_106)]
+        model = "anthropic:claude-sonnet-4-5"
+        requests = [
+            (_usage(tokens, reads=prefix, writes=tokens - prefix, outputs=0), AT)
+            for tokens, prefix in sent
+        ]
+        each = [price(model, usage, at=at) for usage, at in requests]
+        assert None not in each
+        assert price_requests(model, requests) == sum((p for p in each if p is not None), NO_COST)
+        found = cache_weighting(model, sent, at=AT)
+        assert found is not None
+        assert found.requests == 6
+
     def test_no_requests_cost_nothing(self) -> None:
         assert price_requests("openai:gpt-4o", []) == NO_COST
 

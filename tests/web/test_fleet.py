@@ -186,11 +186,17 @@ def test_filters_by_model_state_and_owner(
         "Nothing yet",
         "Small chat",
     ]
+    assert 'data-testid="owner"' not in page  # one's own sessions need no owner column
     staff = django_user_model.objects.create_user("carol", password="pw", is_staff=True)
     client.force_login(staff)
     page = client.get("/?owner=bob").content.decode()
     assert 'data-testid="fleet-owner"' in page
     assert _titles(page) == ["Bob's run"]
+    # Staff see whose each session is, in a column of its own (read-only: not theirs).
+    owners = re.findall(r'data-testid="owner">([^ <]+) <span class="muted"[^>]*>read-only', page)
+    assert owners == ["bob"]
+    every = client.get("/?sort=title").content.decode()
+    assert re.findall(r'data-testid="owner">([^ <]+)', every) == ["alice", "bob", "alice", "alice"]
 
 
 @pytest.mark.parametrize(

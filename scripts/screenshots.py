@@ -79,6 +79,7 @@ def main(base: str) -> None:
         page.get_by_test_id("new-chat").locator("summary").click()
         page.get_by_test_id("new-chat-start").click()
         expect(page.get_by_test_id("chat-start")).to_be_visible()
+        page.evaluate("window.scrollTo(0, 0)")  # opened at #chat: the page's head in view too
         page.screenshot(path=OUT / "chat-new.png")
         prompt = page.get_by_test_id("chat-prompt")
         expect(prompt).to_be_enabled()

@@ -126,18 +126,25 @@ def governance_toolset(session: AgentSession, policy: Policy) -> FunctionToolset
 class ChatTool:
     name: str
     description: str
-    """The first line of what the model is told the tool does."""
+    """The first sentence of what the model is told the tool does."""
 
 
 def chat_tools(session: AgentSession) -> list[ChatTool]:
     """The tools the chat's agent offers its model on ``session``, as a new chat lists them."""
     toolsets = [demo_toolset(), governance_toolset(session, session_policy(session))]
     return [
-        ChatTool(tool.name, (tool.description or "").strip().split("\n", 1)[0])
+        ChatTool(tool.name, _first_sentence(tool.description or ""))
         for toolset in toolsets
         if toolset is not None
         for tool in toolset.tools.values()
     ]
+
+
+def _first_sentence(description: str) -> str:
+    """A tool description's first sentence, on one line (a docstring wraps mid-sentence)."""
+    said = " ".join(description.split())
+    end = said.find(". ")
+    return said if end < 0 else said[: end + 1]
 
 
 def chat_agent(session: AgentSession, model_name: str, hooks: RequestHooks) -> Agent[None, str]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 from django.test import Client
@@ -192,6 +193,10 @@ def test_a_new_chat_offers_its_tools_and_prompts_to_its_owner_while_empty(
     page = client.get(chat.get_absolute_url()).content.decode()
     assert 'data-testid="chat-start"' in page
     assert "<code>list_files</code>" in page
+    # Each tool is said in a whole sentence (a docstring wraps mid-sentence).
+    listed = re.findall(r"<li><code>(\w+)</code>: ([^<]*)</li>", page)
+    assert {name for name, _ in listed} >= {"list_files", "read_file", "recall"}
+    assert all(said.endswith(".") for _, said in listed), listed
     assert all(f'data-prompt="{prompt}"' in page for prompt in EXAMPLE_PROMPTS)
     # Not on a session an agent drives through the gateway, nor once the chat has begun.
     page = client.get(through_gateway.get_absolute_url()).content.decode()

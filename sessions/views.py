@@ -78,7 +78,9 @@ def _fleet_asked(params: Any) -> tuple[Sort, int, FleetFilter]:
     if state and state not in STATES:
         raise services.Invalid(f"one of {', '.join(STATES)}", field="state")
     page = params.get("page", "1")
-    if not (page.isdigit() and 0 < int(page) < 10**7):
+    # ASCII digits, few of them: "²" is a digit to isdigit() and not to int(), and int() refuses
+    # a string of thousands of digits.
+    if not (page.isascii() and page.isdigit() and len(page) <= 7 and int(page) > 0):
         raise services.Invalid("a page number from 1", field="page")
     where = FleetFilter(
         query=params.get("q", "")[:200],

@@ -201,7 +201,14 @@ def test_filters_by_model_state_and_owner(
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [("page=0", "page"), ("page=two", "page"), ("page=99999999", "page"), ("state=hot", "state")],
+    [
+        ("page=0", "page"),
+        ("page=two", "page"),
+        ("page=99999999", "page"),
+        ("page=%C2%B2", "page"),  # "²": a digit to str.isdigit, not to int
+        ("page=" + "9" * 5_000, "page"),  # past int()'s digit limit
+        ("state=hot", "state"),
+    ],
 )
 def test_a_bad_page_or_state_is_a_400_naming_it(
     client: Client, alice: Any, query: str, field: str
